@@ -1,0 +1,98 @@
+// Communicator: a fixed group of ranks that run collectives together.
+//
+// Every collective is asynchronous: it returns a Work handle at once and runs on the
+// communicator's engine, in issue order (the same order must be used on every rank).
+// `work.wait()` is the blocking form. Buffers must stay valid until the work completes.
+// In-place forms: pass the same pointer as send and recv (allreduce, reduce, allgather with
+// send == recv + rank*count, reduce_scatter with recv == send + rank*count).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "smddp/errors.h"
+#include "smddp/store.h"
+#include "smddp/types.h"
+
+namespace smddp {
+
+namespace detail {
+struct OpState;
+class CommunicatorImpl;
+}  // namespace detail
+
+struct Options {
+  // Deadline of every wait inside a collective, from the moment it starts to run.
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  // Distinguishes communicators made from one store (subgroups): becomes a key prefix.
+  std::string name = "default";
+  // Per-communicator algorithm choice, same syntax as SMDDP_ALGO ("allreduce:rs_ag,..."); takes
+  // precedence over the environment. Empty: the selector decides.
+  std::string algorithms;
+};
+
+// Handle to one asynchronous operation.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<detail::OpState> s) : state_(std::move(s)) {}
+  // True once the operation finished (successfully or not); never blocks.
+  bool test() const;
+  // Blocks until the operation finishes; rethrows its error.
+  void wait() const;
+  // Like wait(), but gives up after `timeout`: returns false if still running.
+  bool wait_for(std::chrono::milliseconds timeout) const;
+  // Sequence number of the operation within its communicator (1, 2, ...).
+  uint64_t sequence() const;
+
+ private:
+  std::shared_ptr<detail::OpState> state_;
+};
+
+class Communicator {
+ public:
+  // Collective over `size` ranks: every rank calls this with the same store, size and name.
+  Communicator(std::shared_ptr<Store> store, int rank, int size, Options options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  const Options& options() const;
+
+  Work allreduce(const void* send, void* recv, size_t count, DataType type, Reduction op);
+  // recv holds size()*count elements: rank r's block at r*count.
+  Work allgather(const void* send, void* recv, size_t count, DataType type);
+  // send holds size()*recv_count elements; rank r gets the reduction of block r.
+  Work reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, Reduction op);
+  Work broadcast(void* buffer, size_t count, DataType type, int root);
+  // recv is used on the root only (may be null elsewhere).
+  Work reduce(const void* send, void* recv, size_t count, DataType type, Reduction op, int root);
+  // recv (root only) holds size()*count elements.
+  Work gather(const void* send, void* recv, size_t count, DataType type, int root);
+  // send (root only) holds size()*count elements.
+  Work scatter(const void* send, void* recv, size_t count, DataType type, int root);
+  // Equal blocks of `count` elements to and from every rank.
+  Work alltoall(const void* send, void* recv, size_t count, DataType type);
+  // Per-peer counts and displacements, in elements (MPI_Alltoallv).
+  Work alltoallv(const void* send, const std::vector<size_t>& send_counts,
+                 const std::vector<size_t>& send_displs, void* recv,
+                 const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                 DataType type);
+  // Point to point. Messages between a pair of ranks are matched in order; tags must agree.
+  Work send(const void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
+  Work recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
+  Work barrier();
+
+  // Aborts the communicator: pending and future work fail with AbortedError, peers are told.
+  void abort(const std::string& reason = "aborted by user");
+
+ private:
+  std::unique_ptr<detail::CommunicatorImpl> impl_;
+};
+
+}  // namespace smddp

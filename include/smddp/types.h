@@ -1,0 +1,39 @@
+// Element types and reduction operators understood by every smddp collective.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace smddp {
+
+enum class DataType : uint8_t { f32, f64, f16, bf16, i8, u8, i32, i64, boolean };
+inline constexpr int kNumDataTypes = 9;
+
+enum class ReduceOp : uint8_t { sum, prod, min, max, avg, band, bor, bxor, premul_sum };
+inline constexpr int kNumReduceOps = 9;
+
+// Size of one element in bytes.
+size_t dtype_size(DataType t);
+const char* to_string(DataType t);
+const char* to_string(ReduceOp op);
+bool is_floating(DataType t);
+
+// A reduction: the operator plus, for premul_sum, the factor each input is multiplied by
+// before the sum (PyTorch's _make_nccl_premul_sum). Implicitly made from a plain ReduceOp.
+struct Reduction {
+  ReduceOp op = ReduceOp::sum;
+  double factor = 1.0;  // used by premul_sum only
+
+  Reduction() = default;
+  Reduction(ReduceOp o) : op(o) {}  // NOLINT: implicit on purpose
+  static Reduction premul_sum(double f) {
+    Reduction r(ReduceOp::premul_sum);
+    r.factor = f;
+    return r;
+  }
+};
+
+// Whether `op` is defined on `t`: bitwise ops need integers or bool; everything else works on all.
+bool supports(DataType t, ReduceOp op);
+
+}  // namespace smddp

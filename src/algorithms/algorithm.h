@@ -1,0 +1,66 @@
+// What every algorithm sees: the arguments of one collective and the means to run it (the
+// node's shared-memory group, a device for copies and reductions, the op for errors/deadlines).
+// Algorithms never touch sockets, CUDA or memcpy directly.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "device/device.h"
+#include "engine/op_info.h"
+#include "smddp/types.h"
+#include "transport/shm/shm_group.h"
+
+namespace smddp::algorithms {
+
+enum class CollKind { allreduce, allgather, reduce_scatter, broadcast, reduce, gather, scatter, alltoall, barrier };
+inline constexpr int kNumCollKinds = 9;
+const char* to_string(CollKind k);
+
+struct CollArgs {
+  CollKind kind = CollKind::barrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  // allreduce, broadcast, reduce: elements; allgather, gather, scatter, alltoall: elements per
+  // rank block; reduce_scatter: elements each rank receives.
+  size_t count = 0;
+  DataType dtype = DataType::f32;
+  Reduction op{};
+  int root = 0;
+  // alltoall(v): elements and displacements per peer (filled for alltoall too).
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+  bool uniform = true;  // alltoall with equal blocks: every rank knows every size
+};
+
+struct Context {
+  shm::Group& shm;
+  device::Device& dev;
+  const OpInfo& op;
+  int rank() const { return shm.rank(); }
+  int size() const { return shm.size(); }
+};
+
+using AlgoFn = void (*)(Context&, const CollArgs&);
+
+struct Algorithm {
+  CollKind kind;
+  const char* name;
+  AlgoFn run;
+};
+
+// --- helpers shared by several algorithms ---
+inline std::byte* at(void* p, size_t elems, size_t es) { return static_cast<std::byte*>(p) + elems * es; }
+inline const std::byte* at(const void* p, size_t elems, size_t es) {
+  return static_cast<const std::byte*>(p) + elems * es;
+}
+// Elements of `dtype` that fit in one staging slot (divided among `parts` sub-blocks).
+inline size_t slot_elems(const Context& ctx, DataType t, int parts = 1) {
+  return ctx.shm.slot_bytes() / static_cast<size_t>(parts) / dtype_size(t);
+}
+
+// Reduce-scatter then gather through staging slots, chunk by chunk; the result lands in recv on
+// every rank (out_root < 0: allreduce) or on out_root only (reduce). Defined in allreduce_rs_ag.cc.
+void rs_ag_rounds(Context& ctx, const void* send, void* recv, size_t count, DataType t, Reduction op,
+                  int out_root);
+
+}  // namespace smddp::algorithms

@@ -1,0 +1,47 @@
+// All-to-all (equal blocks or per-peer counts) through shared memory. Each slot is cut into
+// `size` sub-slots, one per destination; per round every rank stages the next piece of each of
+// its outgoing blocks, one sync, then copies the piece addressed to it out of every slot.
+// With per-peer counts the number of rounds (longest block / sub-slot) is agreed first in one
+// extra round, since no rank knows every other rank's counts.
+#include <algorithm>
+
+#include "algorithms/algorithm.h"
+#include "patterns/partition.h"
+
+namespace smddp::algorithms {
+
+void alltoall_direct(Context& ctx, const CollArgs& a) {
+  const int w = ctx.size(), me = ctx.rank();
+  const size_t es = dtype_size(a.dtype), chunk = slot_elems(ctx, a.dtype, w);
+  size_t longest = 0;
+  for (int j = 0; j < w; ++j)
+    longest = std::max({longest, a.send_counts[static_cast<size_t>(j)], a.recv_counts[static_cast<size_t>(j)]});
+  if (!a.uniform) {
+    const int p = ctx.shm.begin_round();
+    ctx.shm.words(me, p)[0] = longest;
+    ctx.shm.arrive();
+    ctx.shm.wait_all(ctx.op);
+    for (int j = 0; j < w; ++j) longest = std::max<size_t>(longest, ctx.shm.words(j, p)[0]);
+  }
+  for (size_t c = 0; c < patterns::num_chunks(longest, chunk); ++c) {
+    const size_t off = c * chunk;
+    const int p = ctx.shm.begin_round();
+    for (int d = 0; d < w; ++d) {
+      const size_t n = a.send_counts[static_cast<size_t>(d)];
+      if (d == me || off >= n) continue;
+      ctx.dev.copy(at(ctx.shm.slot(me, p), static_cast<size_t>(d) * chunk, es),
+                   at(a.send, a.send_displs[static_cast<size_t>(d)] + off, es), std::min(chunk, n - off) * es);
+    }
+    ctx.shm.arrive();
+    ctx.shm.wait_all(ctx.op);
+    for (int j = 0; j < w; ++j) {
+      const size_t n = a.recv_counts[static_cast<size_t>(j)];
+      if (off >= n) continue;
+      const void* src = j == me ? at(a.send, a.send_displs[static_cast<size_t>(me)] + off, es)
+                                : static_cast<const void*>(at(ctx.shm.slot(j, p), static_cast<size_t>(me) * chunk, es));
+      ctx.dev.copy(at(a.recv, a.recv_displs[static_cast<size_t>(j)] + off, es), src, std::min(chunk, n - off) * es);
+    }
+  }
+}
+
+}  // namespace smddp::algorithms

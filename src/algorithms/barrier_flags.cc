@@ -1,0 +1,12 @@
+// Barrier: one round of the step counters, no data.
+#include "algorithms/algorithm.h"
+
+namespace smddp::algorithms {
+
+void barrier_flags(Context& ctx, const CollArgs&) {
+  ctx.shm.begin_round();
+  ctx.shm.arrive();
+  ctx.shm.wait_all(ctx.op);
+}
+
+}  // namespace smddp::algorithms

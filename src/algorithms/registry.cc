@@ -1,0 +1,106 @@
+#include "algorithms/registry.h"
+
+#include <sstream>
+
+#include "core/config.h"
+#include "smddp/errors.h"
+
+namespace smddp::algorithms {
+
+void allreduce_one_shot(Context&, const CollArgs&);
+void allreduce_rs_ag(Context&, const CollArgs&);
+void allgather_direct(Context&, const CollArgs&);
+void reduce_scatter_direct(Context&, const CollArgs&);
+void broadcast_direct(Context&, const CollArgs&);
+void reduce_direct(Context&, const CollArgs&);
+void gather_direct(Context&, const CollArgs&);
+void scatter_direct(Context&, const CollArgs&);
+void alltoall_direct(Context&, const CollArgs&);
+void barrier_flags(Context&, const CollArgs&);
+
+const char* to_string(CollKind k) {
+  switch (k) {
+    case CollKind::allreduce: return "allreduce";
+    case CollKind::allgather: return "allgather";
+    case CollKind::reduce_scatter: return "reduce_scatter";
+    case CollKind::broadcast: return "broadcast";
+    case CollKind::reduce: return "reduce";
+    case CollKind::gather: return "gather";
+    case CollKind::scatter: return "scatter";
+    case CollKind::alltoall: return "alltoall";
+    case CollKind::barrier: return "barrier";
+  }
+  return "?";
+}
+
+const std::vector<Algorithm>& all() {
+  static const std::vector<Algorithm> list = {
+      {CollKind::allreduce, "one_shot", allreduce_one_shot},
+      {CollKind::allreduce, "rs_ag", allreduce_rs_ag},
+      {CollKind::allgather, "direct", allgather_direct},
+      {CollKind::reduce_scatter, "direct", reduce_scatter_direct},
+      {CollKind::broadcast, "direct", broadcast_direct},
+      {CollKind::reduce, "direct", reduce_direct},
+      {CollKind::gather, "direct", gather_direct},
+      {CollKind::scatter, "direct", scatter_direct},
+      {CollKind::alltoall, "direct", alltoall_direct},
+      {CollKind::barrier, "flags", barrier_flags},
+  };
+  return list;
+}
+
+const Algorithm& find(CollKind kind, const std::string& name) {
+  std::string known;
+  for (const auto& a : all()) {
+    if (a.kind != kind) continue;
+    if (name == a.name) return a;
+    known += (known.empty() ? "" : ", ") + std::string(a.name);
+  }
+  throw InvalidArgument("smddp: no " + std::string(to_string(kind)) + " algorithm named '" + name +
+                        "' (known: " + known + ")");
+}
+
+std::vector<const Algorithm*> parse_overrides(const std::string& spec) {
+    std::vector<const Algorithm*> v;
+    std::stringstream ss(spec);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item.empty()) continue;
+      auto colon = item.find(':');
+      if (colon == std::string::npos)
+        throw InvalidArgument("smddp: SMDDP_ALGO entry '" + item + "' is not COLLECTIVE:ALGORITHM");
+      std::string coll = item.substr(0, colon), name = item.substr(colon + 1);
+      bool matched = false;
+      for (int k = 0; k < kNumCollKinds; ++k) {
+        if (coll == to_string(static_cast<CollKind>(k))) {
+          v.push_back(&find(static_cast<CollKind>(k), name));
+          matched = true;
+        }
+      }
+      if (!matched) throw InvalidArgument("smddp: SMDDP_ALGO names unknown collective '" + coll + "'");
+    }
+    return v;
+}
+
+const std::vector<const Algorithm*>& env_overrides() {
+  static const std::vector<const Algorithm*> list = parse_overrides(config::get_string("SMDDP_ALGO"));
+  return list;
+}
+
+const Algorithm& select(CollKind kind, size_t bytes, int world_size, const std::vector<const Algorithm*>& overrides) {
+  for (const Algorithm* a : overrides)
+    if (a->kind == kind) return *a;
+  for (const Algorithm* a : env_overrides())
+    if (a->kind == kind) return *a;
+  if (kind == CollKind::allreduce) {
+    // One round trip through shared memory wins while every rank reducing every input is cheaper
+    // than a second synchronisation (docs/algorithms.md has the measurements behind the limit).
+    static const size_t one_shot_max = static_cast<size_t>(config::get_int("SMDDP_ONE_SHOT_MAX"));
+    return find(kind, bytes <= one_shot_max || world_size == 1 ? "one_shot" : "rs_ag");
+  }
+  for (const auto& a : all())
+    if (a.kind == kind) return a;
+  throw InvalidArgument("smddp: no algorithm for " + std::string(to_string(kind)));
+}
+
+}  // namespace smddp::algorithms

@@ -1,0 +1,24 @@
+// The registry of algorithms and the selector. Every algorithm is listed once in registry.cc;
+// the selector picks by collective, message size and world size unless SMDDP_ALGO forces one
+// ("allreduce:one_shot,allgather:direct").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+
+namespace smddp::algorithms {
+
+const std::vector<Algorithm>& all();
+// Throws InvalidArgument for an unknown collective or algorithm name.
+const Algorithm& find(CollKind kind, const std::string& name);
+// Parses "collective:name,..." (SMDDP_ALGO's syntax); throws InvalidArgument naming a bad entry.
+std::vector<const Algorithm*> parse_overrides(const std::string& spec);
+// The parsed SMDDP_ALGO overrides (validated on first use).
+const std::vector<const Algorithm*>& env_overrides();
+// `overrides` first, then SMDDP_ALGO, then the size/topology rules.
+const Algorithm& select(CollKind kind, size_t bytes, int world_size,
+                        const std::vector<const Algorithm*>& overrides = {});
+
+}  // namespace smddp::algorithms

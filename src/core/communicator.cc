@@ -1,0 +1,203 @@
+// The public Communicator and Work: argument checking and forwarding to CommunicatorImpl.
+#include "smddp/communicator.h"
+
+#include "core/communicator_impl.h"
+
+namespace smddp {
+
+using algorithms::CollArgs;
+using algorithms::CollKind;
+
+// --- Work ---
+
+bool Work::test() const { return !state_ || state_->done.load(std::memory_order_acquire); }
+
+void Work::wait() const {
+  if (!state_) return;
+  // Short spin first: collectives that ran inline are already done, small ones finish quickly.
+  for (int i = 0; i < 2000 && !state_->done.load(std::memory_order_acquire); ++i) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  std::unique_lock<std::mutex> lk(state_->mu);
+  state_->cv.wait(lk, [&] { return state_->done.load(std::memory_order_acquire); });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::wait_for(std::chrono::milliseconds timeout) const {
+  if (!state_) return true;
+  std::unique_lock<std::mutex> lk(state_->mu);
+  if (!state_->cv.wait_for(lk, timeout, [&] { return state_->done.load(std::memory_order_acquire); })) return false;
+  if (state_->error) std::rethrow_exception(state_->error);
+  return true;
+}
+
+uint64_t Work::sequence() const { return state_ ? state_->seq : 0; }
+
+// --- Communicator ---
+
+Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options options)
+    : impl_(std::make_unique<detail::CommunicatorImpl>(std::move(store), rank, size, std::move(options))) {}
+
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return impl_->rank(); }
+int Communicator::size() const { return impl_->size(); }
+const Options& Communicator::options() const { return impl_->options(); }
+
+namespace {
+void check_reduction(const detail::CommunicatorImpl& c, DataType t, Reduction op, const char* name) {
+  c.check_dtype(t, name);
+  if (!supports(t, op.op))
+    throw InvalidArgument("smddp: rank " + std::to_string(c.rank()) + ": " + name + ": reduce op " +
+                          to_string(op.op) + " is not supported for dtype " + to_string(t));
+}
+}  // namespace
+
+Work Communicator::allreduce(const void* send, void* recv, size_t count, DataType type, Reduction op) {
+  check_reduction(*impl_, type, op, "allreduce");
+  impl_->check_count(count, 1, type, "allreduce");
+  impl_->check_buffer(send, count, "send", "allreduce");
+  impl_->check_buffer(recv, count, "recv", "allreduce");
+  CollArgs a;
+  a.kind = CollKind::allreduce;
+  a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.op = op;
+  return impl_->collective(std::move(a));
+}
+
+Work Communicator::allgather(const void* send, void* recv, size_t count, DataType type) {
+  impl_->check_dtype(type, "allgather");
+  impl_->check_count(count, static_cast<size_t>(size()), type, "allgather");
+  impl_->check_buffer(send, count, "send", "allgather");
+  impl_->check_buffer(recv, count, "recv", "allgather");
+  CollArgs a;
+  a.kind = CollKind::allgather;
+  a.send = send; a.recv = recv; a.count = count; a.dtype = type;
+  return impl_->collective(std::move(a));
+}
+
+Work Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, Reduction op) {
+  check_reduction(*impl_, type, op, "reduce_scatter");
+  impl_->check_count(recv_count, static_cast<size_t>(size()), type, "reduce_scatter");
+  impl_->check_buffer(send, recv_count, "send", "reduce_scatter");
+  impl_->check_buffer(recv, recv_count, "recv", "reduce_scatter");
+  CollArgs a;
+  a.kind = CollKind::reduce_scatter;
+  a.send = send; a.recv = recv; a.count = recv_count; a.dtype = type; a.op = op;
+  return impl_->collective(std::move(a));
+}
+
+Work Communicator::broadcast(void* buffer, size_t count, DataType type, int root) {
+  impl_->check_dtype(type, "broadcast");
+  impl_->check_rank(root, "root", "broadcast");
+  impl_->check_count(count, 1, type, "broadcast");
+  impl_->check_buffer(buffer, count, "data", "broadcast");
+  CollArgs a;
+  a.kind = CollKind::broadcast;
+  a.send = buffer; a.recv = buffer; a.count = count; a.dtype = type; a.root = root;
+  return impl_->collective(std::move(a));
+}
+
+Work Communicator::reduce(const void* send, void* recv, size_t count, DataType type, Reduction op, int root) {
+  check_reduction(*impl_, type, op, "reduce");
+  impl_->check_rank(root, "root", "reduce");
+  impl_->check_count(count, 1, type, "reduce");
+  impl_->check_buffer(send, count, "send", "reduce");
+  if (rank() == root) impl_->check_buffer(recv, count, "recv", "reduce");
+  CollArgs a;
+  a.kind = CollKind::reduce;
+  a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.op = op; a.root = root;
+  return impl_->collective(std::move(a));
+}
+
+Work Communicator::gather(const void* send, void* recv, size_t count, DataType type, int root) {
+  impl_->check_dtype(type, "gather");
+  impl_->check_rank(root, "root", "gather");
+  impl_->check_count(count, static_cast<size_t>(size()), type, "gather");
+  impl_->check_buffer(send, count, "send", "gather");
+  if (rank() == root) impl_->check_buffer(recv, count, "recv", "gather");
+  CollArgs a;
+  a.kind = CollKind::gather;
+  a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.root = root;
+  return impl_->collective(std::move(a));
+}
+
+Work Communicator::scatter(const void* send, void* recv, size_t count, DataType type, int root) {
+  impl_->check_dtype(type, "scatter");
+  impl_->check_rank(root, "root", "scatter");
+  impl_->check_count(count, static_cast<size_t>(size()), type, "scatter");
+  if (rank() == root) impl_->check_buffer(send, count, "send", "scatter");
+  impl_->check_buffer(recv, count, "recv", "scatter");
+  CollArgs a;
+  a.kind = CollKind::scatter;
+  a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.root = root;
+  return impl_->collective(std::move(a));
+}
+
+Work Communicator::alltoall(const void* send, void* recv, size_t count, DataType type) {
+  impl_->check_dtype(type, "alltoall");
+  impl_->check_count(count, static_cast<size_t>(size()), type, "alltoall");
+  impl_->check_buffer(send, count, "send", "alltoall");
+  impl_->check_buffer(recv, count, "recv", "alltoall");
+  CollArgs a;
+  a.kind = CollKind::alltoall;
+  a.send = send; a.recv = recv; a.count = count; a.dtype = type;
+  const auto w = static_cast<size_t>(size());
+  a.send_counts.assign(w, count);
+  a.recv_counts.assign(w, count);
+  for (size_t j = 0; j < w; ++j) {
+    a.send_displs.push_back(j * count);
+    a.recv_displs.push_back(j * count);
+  }
+  return impl_->collective(std::move(a));
+}
+
+Work Communicator::alltoallv(const void* send, const std::vector<size_t>& send_counts,
+                             const std::vector<size_t>& send_displs, void* recv,
+                             const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                             DataType type) {
+  impl_->check_dtype(type, "alltoallv");
+  const auto w = static_cast<size_t>(size());
+  if (send_counts.size() != w || send_displs.size() != w || recv_counts.size() != w || recv_displs.size() != w)
+    throw InvalidArgument("smddp: rank " + std::to_string(rank()) + ": alltoallv: counts and displacements need " +
+                          std::to_string(w) + " entries each (one per rank)");
+  for (size_t j = 0; j < w; ++j) {
+    impl_->check_count(send_counts[j] + send_displs[j], 1, type, "alltoallv");
+    impl_->check_count(recv_counts[j] + recv_displs[j], 1, type, "alltoallv");
+    impl_->check_buffer(send, send_counts[j], "send", "alltoallv");
+    impl_->check_buffer(recv, recv_counts[j], "recv", "alltoallv");
+  }
+  CollArgs a;
+  a.kind = CollKind::alltoall;
+  a.send = send; a.recv = recv; a.dtype = type; a.uniform = false;
+  a.send_counts = send_counts; a.send_displs = send_displs;
+  a.recv_counts = recv_counts; a.recv_displs = recv_displs;
+  return impl_->collective(std::move(a));
+}
+
+Work Communicator::send(const void* buffer, size_t count, DataType type, int peer, uint32_t tag) {
+  impl_->check_dtype(type, "send");
+  impl_->check_rank(peer, "peer", "send");
+  impl_->check_count(count, 1, type, "send");
+  impl_->check_buffer(buffer, count, "send", "send");
+  return impl_->send(buffer, count * dtype_size(type), peer, tag);
+}
+
+Work Communicator::recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag) {
+  impl_->check_dtype(type, "recv");
+  impl_->check_rank(peer, "peer", "recv");
+  impl_->check_count(count, 1, type, "recv");
+  impl_->check_buffer(buffer, count, "recv", "recv");
+  return impl_->recv(buffer, count * dtype_size(type), peer, tag);
+}
+
+Work Communicator::barrier() {
+  CollArgs a;
+  a.kind = CollKind::barrier;
+  return impl_->collective(std::move(a));
+}
+
+void Communicator::abort(const std::string& reason) { impl_->abort(reason); }
+
+}  // namespace smddp

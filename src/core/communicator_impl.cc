@@ -1,0 +1,236 @@
+#include "core/communicator_impl.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+
+#include "algorithms/registry.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "core/p2p.h"
+#include "device/device.h"
+
+namespace smddp::detail {
+
+using algorithms::CollArgs;
+using algorithms::CollKind;
+
+namespace {
+
+// Each process numbers the communicators it makes per name; all ranks make them in the same
+// order, so the numbers agree and a reused store never hands out a stale key.
+std::string next_store_prefix(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, int> generation;
+  std::lock_guard<std::mutex> g(mu);
+  return "smddp/" + name + "/" + std::to_string(generation[name]++) + "/";
+}
+
+shm::GroupConfig group_config(int size) {
+  shm::GroupConfig c;
+  c.slot_bytes = static_cast<size_t>(config::get_int("SMDDP_SHM_CHUNK"));
+  c.fifo_bytes = static_cast<size_t>(config::get_int("SMDDP_SHM_FIFO"));
+  c.spin = static_cast<int>(config::get_int("SMDDP_SPIN"));
+  // More ranks than cores: spinning only steals the time slice of the rank we wait for.
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus > 0 && size > cpus) c.spin = std::min(c.spin, 64);
+  return c;
+}
+
+}  // namespace
+
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options options)
+    : rank_(rank), size_(size), options_(std::move(options)), check_(config::get_bool("SMDDP_CHECK")) {
+  if (!store) throw InvalidArgument("smddp: Communicator needs a store (got null)");
+  if (size < 1) throw InvalidArgument("smddp: communicator size must be >= 1 (got " + std::to_string(size) + ")");
+  if (rank < 0 || rank >= size)
+    throw InvalidArgument("smddp: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
+  if (options_.timeout.count() <= 0) throw InvalidArgument("smddp: timeout must be positive");
+  store_ = std::make_shared<PrefixStore>(next_store_prefix(options_.name), std::move(store));
+  algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
+  overrides_ = algorithms::parse_overrides(options_.algorithms);
+  shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(size), options_.timeout);
+  engine_ = std::make_unique<engine::Engine>(config::get_bool("SMDDP_INLINE"));
+  SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
+                        << ", transport shm, reduce kernels " << reduce::isa();
+}
+
+CommunicatorImpl::~CommunicatorImpl() {
+  if (engine_ && engine_->pending() > 0 && !shm_->aborted())
+    shm_->abort("rank " + std::to_string(rank_) + " destroyed its communicator with work in flight");
+  engine_->shutdown(std::make_exception_ptr(AbortedError("smddp: the communicator was destroyed")));
+  engine_.reset();
+  shm_->depart();
+}
+
+std::string CommunicatorImpl::prefix() const { return "smddp: rank " + std::to_string(rank_) + ": "; }
+
+void CommunicatorImpl::check_rank(int r, const char* what, const char* op) const {
+  if (r < 0 || r >= size_)
+    throw InvalidArgument(prefix() + op + ": " + what + " " + std::to_string(r) + " is outside [0, " +
+                          std::to_string(size_) + ")");
+}
+
+void CommunicatorImpl::check_buffer(const void* p, size_t count, const char* what, const char* op) const {
+  if (count > 0 && p == nullptr)
+    throw InvalidArgument(prefix() + op + ": " + what + " buffer is null for " + std::to_string(count) + " elements");
+}
+
+void CommunicatorImpl::check_dtype(DataType t, const char* op) const {
+  if (static_cast<int>(t) >= kNumDataTypes)
+    throw InvalidArgument(prefix() + op + ": invalid dtype " + std::to_string(static_cast<int>(t)));
+}
+
+void CommunicatorImpl::check_count(size_t count, size_t blocks, DataType t, const char* op) const {
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, blocks, &bytes) || __builtin_mul_overflow(bytes, dtype_size(t), &bytes) ||
+      bytes > (size_t{1} << 62))
+    throw InvalidArgument(prefix() + op + ": count " + std::to_string(count) + " x " + std::to_string(blocks) +
+                          " elements of " + to_string(t) + " overflows the addressable size");
+}
+
+OpInfo CommunicatorImpl::make_op(const char* name, int peer) {
+  OpInfo op;
+  op.name = name;
+  op.seq = ++seq_;
+  op.rank = rank_;
+  op.size = size_;
+  op.peer = peer;
+  op.timeout = options_.timeout;
+  return op;
+}
+
+void CommunicatorImpl::fail(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const InvalidArgument&) {
+    // Detected before any data moved on every rank alike: the communicator stays usable.
+  } catch (const std::exception& ex) {
+    failed_.store(true);
+    shm_->abort(ex.what());
+  }
+}
+
+void CommunicatorImpl::verify_agreement(const OpInfo& op, const CollArgs& a) {
+  // Every rank publishes what it was asked to do; any difference is reported by every rank.
+  const int p = shm_->begin_round();
+  uint64_t sig[6] = {static_cast<uint64_t>(a.kind), a.uniform ? a.count : 0, static_cast<uint64_t>(a.dtype),
+                     static_cast<uint64_t>(a.op.op), static_cast<uint64_t>(a.root), 0};
+  std::memcpy(&sig[5], &a.op.factor, sizeof(double));
+  std::memcpy(shm_->words(rank_, p), sig, sizeof sig);
+  shm_->arrive();
+  shm_->wait_all(op);
+  static const char* fields[6] = {"collective", "count", "dtype", "reduce op", "root", "premul factor"};
+  const bool has_op = a.kind == CollKind::allreduce || a.kind == CollKind::reduce || a.kind == CollKind::reduce_scatter;
+  const bool has_root = a.kind == CollKind::broadcast || a.kind == CollKind::reduce || a.kind == CollKind::gather ||
+                        a.kind == CollKind::scatter;
+  for (int r = 0; r < size_; ++r) {
+    const uint64_t* other = shm_->words(r, p);
+    for (int f = 0; f < 6; ++f) {
+      if ((f == 3 || f == 5) && !has_op) continue;
+      if (f == 4 && !has_root) continue;
+      if (other[f] == sig[f]) continue;
+      auto show = [&](const uint64_t* s) -> std::string {
+        switch (f) {
+          case 0: return algorithms::to_string(static_cast<CollKind>(s[0]));
+          case 2: return to_string(static_cast<DataType>(s[2]));
+          case 3: return to_string(static_cast<ReduceOp>(s[3]));
+          case 5: { double d; std::memcpy(&d, &s[5], sizeof d); return std::to_string(d); }
+          default: return std::to_string(s[f]);
+        }
+      };
+      throw MismatchError("smddp: " + op.describe() + ": ranks disagree on the " + fields[f] + ": rank " +
+                          std::to_string(rank_) + " has " + show(sig) + ", rank " + std::to_string(r) + " has " +
+                          show(other) + " (SMDDP_CHECK=1)");
+    }
+  }
+}
+
+void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
+  if (failed_.load() || shm_->aborted())
+    throw AbortedError("smddp: " + op.describe() + " not started: the communicator was aborted: " +
+                       shm_->abort_reason());
+  op.deadline = Clock::now() + op.timeout;
+  try {
+    if (check_) verify_agreement(op, args);
+    const size_t blocks = args.kind == CollKind::reduce_scatter ? static_cast<size_t>(size_) : 1;
+    if (args.kind != CollKind::barrier && args.uniform && args.count == 0) return;
+    const auto& algo = algorithms::select(args.kind, args.count * blocks * dtype_size(args.dtype), size_, overrides_);
+    SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo.name
+                            << " count " << args.count << ' ' << to_string(args.dtype);
+    algorithms::Context ctx{*shm_, device::host(), op};
+    algo.run(ctx, args);
+  } catch (...) {
+    fail(std::current_exception());
+    throw;
+  }
+}
+
+Work CommunicatorImpl::collective(CollArgs args) {
+  auto state = std::make_shared<OpState>();
+  std::lock_guard<std::mutex> g(submit_mu_);
+  OpInfo op = make_op(algorithms::to_string(args.kind));
+  state->seq = op.seq;
+  engine::Task t;
+  t.state = state;
+  t.run = [this, op, args = std::move(args)]() mutable { run_collective(op, args); };
+  engine_->submit(std::move(t));
+  return Work(state);
+}
+
+Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t tag) {
+  auto state = std::make_shared<OpState>();
+  std::lock_guard<std::mutex> g(submit_mu_);
+  OpInfo op = make_op("send", peer);
+  state->seq = op.seq;
+  auto sm = std::make_shared<p2p::Send>(buf, bytes, peer, tag);
+  engine::Task t;
+  t.state = state;
+  t.p2p = true;
+  t.poll = [this, op, sm]() mutable {
+    if (op.deadline == Clock::time_point{}) op.deadline = Clock::now() + op.timeout;
+    try {
+      return sm->poll(*shm_, op);
+    } catch (...) {
+      fail(std::current_exception());
+      throw;
+    }
+  };
+  engine_->submit(std::move(t));
+  return Work(state);
+}
+
+Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag) {
+  auto state = std::make_shared<OpState>();
+  std::lock_guard<std::mutex> g(submit_mu_);
+  OpInfo op = make_op("recv", peer);
+  state->seq = op.seq;
+  auto sm = std::make_shared<p2p::Recv>(buf, bytes, peer, tag);
+  engine::Task t;
+  t.state = state;
+  t.p2p = true;
+  t.poll = [this, op, sm]() mutable {
+    if (op.deadline == Clock::time_point{}) op.deadline = Clock::now() + op.timeout;
+    try {
+      return sm->poll(*shm_, op);
+    } catch (const InvalidArgument& e) {
+      // A tag/size mismatch leaves the stream between the pair unreadable: fatal here.
+      failed_.store(true);
+      shm_->abort(e.what());
+      throw;
+    } catch (...) {
+      fail(std::current_exception());
+      throw;
+    }
+  };
+  engine_->submit(std::move(t));
+  return Work(state);
+}
+
+void CommunicatorImpl::abort(const std::string& reason) {
+  failed_.store(true);
+  shm_->abort("rank " + std::to_string(rank_) + ": " + reason);
+}
+
+}  // namespace smddp::detail

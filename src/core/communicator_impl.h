@@ -1,0 +1,58 @@
+// The communicator behind the public pimpl: validates arguments on the caller's thread, numbers
+// operations, and hands them to the engine wrapped with deadline, SMDDP_CHECK and abort logic.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "algorithms/algorithm.h"
+#include "engine/engine.h"
+#include "smddp/communicator.h"
+#include "transport/shm/shm_group.h"
+
+namespace smddp::detail {
+
+class CommunicatorImpl {
+ public:
+  CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options options);
+  ~CommunicatorImpl();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const Options& options() const { return options_; }
+
+  Work collective(algorithms::CollArgs args);
+  Work send(const void* buf, size_t bytes, int peer, uint32_t tag);
+  Work recv(void* buf, size_t bytes, int peer, uint32_t tag);
+  void abort(const std::string& reason);
+
+  // Argument checks shared by the public entry points; throw InvalidArgument.
+  void check_rank(int r, const char* what, const char* op) const;
+  void check_buffer(const void* p, size_t count, const char* what, const char* op) const;
+  void check_count(size_t count, size_t blocks, DataType t, const char* op) const;
+  void check_dtype(DataType t, const char* op) const;
+
+ private:
+  OpInfo make_op(const char* name, int peer = -1);
+  void run_collective(OpInfo& op, const algorithms::CollArgs& args);
+  void verify_agreement(const OpInfo& op, const algorithms::CollArgs& args);
+  // On a failure that leaves ranks out of step: abort the group so every rank stops now.
+  void fail(const std::exception_ptr& e);
+  std::string prefix() const;
+
+  std::shared_ptr<Store> store_;
+  int rank_;
+  int size_;
+  Options options_;
+  bool check_;
+  std::vector<const algorithms::Algorithm*> overrides_;
+  std::unique_ptr<shm::Group> shm_;
+  std::mutex submit_mu_;  // issue order = sequence order
+  uint64_t seq_ = 0;
+  std::atomic<bool> failed_{false};
+  std::unique_ptr<engine::Engine> engine_;  // last: its thread must stop before the rest dies
+};
+
+}  // namespace smddp::detail

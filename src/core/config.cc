@@ -1,0 +1,61 @@
+#include "core/config.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "smddp/errors.h"
+
+namespace smddp::config {
+
+const std::vector<Param>& params() {
+  static const std::vector<Param> table = {
+      {"SMDDP_DEBUG", "WARN", "Log level: WARN, INFO or TRACE (TRACE logs every collective)."},
+      {"SMDDP_CHECK", "0", "1: before each collective, verify that all ranks agree on its kind, count, dtype, op and root."},
+      {"SMDDP_ALGO", "", "Force algorithms, e.g. 'allreduce:one_shot,allgather:direct'."},
+      {"SMDDP_SHM_CHUNK", "256k", "Bytes each rank stages per pipeline step in shared memory."},
+      {"SMDDP_SHM_FIFO", "256k", "Bytes of each point-to-point shared-memory FIFO (one per ordered rank pair)."},
+      {"SMDDP_ONE_SHOT_MAX", "32k", "Largest allreduce (bytes) sent by the one-shot algorithm when not forced."},
+      {"SMDDP_INLINE", "1", "1: run a collective on the calling thread when the engine is idle (lower latency)."},
+      {"SMDDP_REDUCE_ISA", "", "Force the CPU reduction kernels: avx512, avx2 or scalar (default: best the CPU has)."},
+      {"SMDDP_SPIN", "20000", "Polls of a shared flag before a waiting rank starts yielding the CPU."},
+  };
+  return table;
+}
+
+static const Param& find(const char* name) {
+  for (const auto& p : params())
+    if (std::string(p.name) == name) return p;
+  throw std::logic_error(std::string("smddp: unregistered parameter ") + name);
+}
+
+std::string get_string(const char* name) {
+  const Param& p = find(name);
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string(p.default_value);
+}
+
+int64_t get_int(const char* name) {
+  std::string s = get_string(name);
+  if (s.empty()) return 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 0);
+  int64_t mul = 1;
+  if (end && *end) {
+    switch (std::tolower(static_cast<unsigned char>(*end))) {
+      case 'k': mul = 1024; break;
+      case 'm': mul = 1024 * 1024; break;
+      case 'g': mul = 1024LL * 1024 * 1024; break;
+      default: throw InvalidArgument(std::string("smddp: ") + name + "='" + s + "' is not an integer");
+    }
+  }
+  return static_cast<int64_t>(v) * mul;
+}
+
+bool get_bool(const char* name) {
+  std::string s = get_string(name);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s == "1" || s == "true" || s == "yes" || s == "on";
+}
+
+}  // namespace smddp::config

@@ -1,0 +1,49 @@
+#include "core/logging.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "core/config.h"
+
+namespace smddp::log {
+
+Level threshold() {
+  static const Level level = [] {
+    std::string s = config::get_string("SMDDP_DEBUG");
+    if (s == "TRACE" || s == "trace") return Level::TRACE;
+    if (s == "INFO" || s == "info") return Level::INFO;
+    return Level::WARN;
+  }();
+  return level;
+}
+
+static const char* name(Level l) {
+  switch (l) {
+    case Level::WARN: return "WARN";
+    case Level::INFO: return "INFO";
+    case Level::TRACE: return "TRACE";
+  }
+  return "?";
+}
+
+Line::Line(Level l, int rank) {
+  static const std::string host = [] {
+    char h[256] = {};
+    gethostname(h, sizeof h - 1);
+    return std::string(h);
+  }();
+  os_ << host << ':' << getpid();
+  if (rank >= 0) os_ << " [" << rank << ']';
+  os_ << " smddp " << name(l) << ' ';
+}
+
+Line::~Line() {
+  os_ << '\n';
+  std::string s = os_.str();
+  ssize_t r = ::write(STDERR_FILENO, s.data(), s.size());  // one write: lines never interleave
+  (void)r;
+}
+
+}  // namespace smddp::log

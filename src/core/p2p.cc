@@ -1,0 +1,49 @@
+#include "core/p2p.h"
+
+#include <string>
+
+#include "smddp/errors.h"
+
+namespace smddp::p2p {
+
+namespace {
+constexpr uint32_t kMagic = 0x50325030;  // "P2P0"
+}
+
+Send::Send(const void* data, size_t bytes, int peer, uint32_t tag)
+    : hdr_{kMagic, tag, bytes}, data_(static_cast<const std::byte*>(data)), peer_(peer) {}
+
+bool Send::poll(shm::Group& g, const OpInfo& op) {
+  if (hdr_done_ < sizeof hdr_)
+    hdr_done_ += g.fifo_push(peer_, reinterpret_cast<const std::byte*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
+  if (hdr_done_ == sizeof hdr_ && body_done_ < hdr_.bytes)
+    body_done_ += g.fifo_push(peer_, data_ + body_done_, hdr_.bytes - body_done_);
+  if (hdr_done_ == sizeof hdr_ && body_done_ == hdr_.bytes) return true;
+  g.check_progress(peer_, op, "receive");
+  return false;
+}
+
+Recv::Recv(void* data, size_t bytes, int peer, uint32_t tag)
+    : data_(static_cast<std::byte*>(data)), bytes_(bytes), peer_(peer), tag_(tag) {}
+
+bool Recv::poll(shm::Group& g, const OpInfo& op) {
+  if (hdr_done_ < sizeof hdr_) {
+    hdr_done_ += g.fifo_pop(peer_, reinterpret_cast<std::byte*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
+    if (hdr_done_ == sizeof hdr_) {
+      if (hdr_.magic != kMagic)
+        throw SystemError("smddp: " + op.describe() + ": corrupt message header from rank " + std::to_string(peer_));
+      if (hdr_.tag != tag_ || hdr_.bytes != bytes_)
+        throw InvalidArgument("smddp: " + op.describe() + ": expected a message of " + std::to_string(bytes_) +
+                              " bytes with tag " + std::to_string(tag_) + " from rank " + std::to_string(peer_) +
+                              ", but the next one has " + std::to_string(hdr_.bytes) + " bytes with tag " +
+                              std::to_string(hdr_.tag) + " (messages between two ranks are matched in order)");
+    }
+  }
+  if (hdr_done_ == sizeof hdr_ && body_done_ < bytes_)
+    body_done_ += g.fifo_pop(peer_, data_ + body_done_, bytes_ - body_done_);
+  if (hdr_done_ == sizeof hdr_ && body_done_ == bytes_) return true;
+  g.check_progress(peer_, op, "send");
+  return false;
+}
+
+}  // namespace smddp::p2p

@@ -1,0 +1,23 @@
+// Memory/execution abstraction. Algorithms move and combine bytes only through a Device, so the
+// same algorithm code serves host memory now and device memory later (the CUDA issue).
+#pragma once
+
+#include <cstddef>
+
+#include "reduce/reduce.h"
+
+namespace smddp::device {
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const char* name() const = 0;
+  // dst and src must not overlap; dst == src is a no-op.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void reduce(const reduce::ReduceArgs& args) = 0;
+};
+
+// Host memory: memcpy and the CPU reduction kernels.
+Device& host();
+
+}  // namespace smddp::device

@@ -1,0 +1,23 @@
+#include <cstring>
+
+#include "device/device.h"
+
+namespace smddp::device {
+
+namespace {
+class HostDevice final : public Device {
+ public:
+  const char* name() const override { return "host"; }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (dst != src && bytes) std::memcpy(dst, src, bytes);
+  }
+  void reduce(const reduce::ReduceArgs& args) override { reduce::reduce(args); }
+};
+}  // namespace
+
+Device& host() {
+  static HostDevice d;
+  return d;
+}
+
+}  // namespace smddp::device

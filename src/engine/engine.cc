@@ -1,0 +1,148 @@
+#include "engine/engine.h"
+
+#include <sched.h>
+
+#include <chrono>
+
+#include "smddp/errors.h"
+
+namespace smddp::detail {
+
+void OpState::complete(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> g(mu);
+    error = std::move(e);
+    done.store(true, std::memory_order_release);
+  }
+  cv.notify_all();
+}
+
+}  // namespace smddp::detail
+
+namespace smddp::engine {
+
+Engine::Engine(bool allow_inline) : allow_inline_(allow_inline), thread_([this] { loop(); }) {}
+
+Engine::~Engine() { shutdown(nullptr); }
+
+size_t Engine::pending() const { return pending_.load(); }
+
+void Engine::finish(Task& t, std::exception_ptr e) { t.state->complete(std::move(e)); }
+
+void Engine::submit(Task task) {
+  pending_.fetch_add(1);
+  std::unique_lock<std::mutex> lk(mu_);
+  if (stop_) {
+    lk.unlock();
+    pending_.fetch_sub(1);
+    finish(task, stop_reason_);
+    return;
+  }
+  if (allow_inline_ && !task.p2p && !busy_ && queue_.empty() && active_p2p_.empty()) {
+    busy_ = true;
+    lk.unlock();
+    std::exception_ptr err;
+    try {
+      task.run();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    lk.lock();
+    busy_ = false;
+    lk.unlock();
+    pending_.fetch_sub(1);
+    finish(task, err);
+    cv_.notify_all();
+    return;
+  }
+  queue_.push_back(std::move(task));
+  lk.unlock();
+  cv_.notify_all();
+}
+
+void Engine::loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  int idle_polls = 0;
+  for (;;) {
+    if (active_p2p_.empty())
+      cv_.wait(lk, [&] { return stop_ || (!queue_.empty() && !busy_); });
+    if (stop_) break;
+    // Take the next operation unless it is a collective that must wait for running p2p ops.
+    if (!queue_.empty() && !busy_ && (queue_.front().p2p || active_p2p_.empty())) {
+      Task t = std::move(queue_.front());
+      queue_.pop_front();
+      if (t.p2p) {
+        active_p2p_.push_back(std::move(t));
+        continue;
+      }
+      busy_ = true;
+      lk.unlock();
+      std::exception_ptr err;
+      try {
+        t.run();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      pending_.fetch_sub(1);
+      finish(t, err);
+      lk.lock();
+      busy_ = false;
+      continue;
+    }
+    if (active_p2p_.empty()) continue;
+    // Poll every active point-to-point operation once, without the lock.
+    std::vector<Task> p2p = std::move(active_p2p_);
+    active_p2p_.clear();
+    lk.unlock();
+    bool progressed = false;
+    std::vector<Task> still;
+    for (auto& t : p2p) {
+      std::exception_ptr err;
+      bool done = false;
+      try {
+        done = t.poll();
+      } catch (...) {
+        err = std::current_exception();
+        done = true;
+      }
+      if (done) {
+        pending_.fetch_sub(1);
+        finish(t, err);
+        progressed = true;
+      } else {
+        still.push_back(std::move(t));
+      }
+    }
+    if (!progressed && !still.empty()) {
+      // Nothing moved: back off a little (the poll functions watch their own deadlines).
+      if (++idle_polls < 256) sched_yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      idle_polls = 0;
+    }
+    lk.lock();
+    for (auto& t : still) active_p2p_.push_back(std::move(t));
+  }
+  // Stopping: fail whatever never ran.
+  std::deque<Task> q = std::move(queue_);
+  std::vector<Task> p = std::move(active_p2p_);
+  std::exception_ptr reason = stop_reason_;
+  lk.unlock();
+  for (auto& t : p) { pending_.fetch_sub(1); finish(t, reason); }
+  for (auto& t : q) { pending_.fetch_sub(1); finish(t, reason); }
+}
+
+void Engine::shutdown(std::exception_ptr reason) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stop_ && !thread_.joinable()) return;
+    stop_ = true;
+    if (!stop_reason_)
+      stop_reason_ = reason ? reason
+                            : std::make_exception_ptr(AbortedError("smddp: the communicator was destroyed"));
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace smddp::engine

@@ -1,0 +1,31 @@
+// CPU reduction kernels: dst[i] = src[0][i] (op) src[1][i] (op) ... (op) src[n-1][i], combined in
+// exactly that order (so every rank that reduces the same inputs gets the same bits), then
+//  - premul_sum: every input multiplied by `factor` first (in the accumulation type);
+//  - avg: the sum divided by `divisor` (the world size) at the end, once.
+// dst may alias any source exactly (same address); partial overlap is not allowed.
+// The implementation is picked at run time: AVX-512, AVX2 or portable, by CPU features.
+#pragma once
+
+#include <cstddef>
+
+#include "smddp/types.h"
+
+namespace smddp::reduce {
+
+struct ReduceArgs {
+  void* dst;
+  const void* const* srcs;
+  int nsrc;
+  size_t count;
+  DataType dtype;
+  Reduction op;
+  int divisor = 1;  // avg only
+};
+
+void reduce(const ReduceArgs& a);
+
+// Name of the implementation in use: "avx512", "avx2" or "scalar" (SMDDP_REDUCE_ISA can force
+// a lower one, for benchmarks and tests).
+const char* isa();
+
+}  // namespace smddp::reduce

@@ -1,0 +1,2 @@
+#define SMDDP_ISA_NS scalar
+#include "reduce/reduce_kernels.inc"

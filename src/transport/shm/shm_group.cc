@@ -1,0 +1,318 @@
+#include "transport/shm/shm_group.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "smddp/errors.h"
+
+namespace smddp::shm {
+
+namespace {
+constexpr uint64_t kMagic = 0x736d646470736d31ULL;  // "smddpsm1"
+constexpr size_t kPage = 4096;
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+uint64_t pid_namespace_id() {
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+// True when the process is gone or a zombie (killed but not yet reaped).
+bool process_dead(int pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  std::ifstream f(path);
+  if (!f) return true;
+  std::string line;
+  std::getline(f, line);
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+std::string random_token() {
+  std::random_device rd;
+  std::ostringstream os;
+  os << std::hex << rd() << rd() << rd();
+  return os.str();
+}
+
+std::string ranks_str(const std::vector<int>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+}  // namespace
+
+struct Group::Header {
+  uint64_t magic;
+  uint32_t size;
+  uint32_t reserved;
+  uint64_t slot_bytes;
+  uint64_t fifo_bytes;
+  std::atomic<uint32_t> attached;
+  std::atomic<int32_t> abort_state;  // 0 none, 1 being written, 2 written
+  char abort_reason[1024];
+};
+
+struct alignas(128) Group::RankCtl {
+  std::atomic<uint64_t> step;  // alone on its cache line: the hot word
+  char pad[120];
+  std::atomic<int32_t> pid;
+  std::atomic<uint32_t> departed;
+  uint64_t pidns;
+  uint64_t words[2][kWords];
+};
+
+struct Group::FifoCtl {
+  alignas(64) std::atomic<uint64_t> head;  // bytes ever pushed (producer writes)
+  alignas(64) std::atomic<uint64_t> tail;  // bytes ever popped (consumer writes)
+};
+
+Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), cfg_(cfg) {
+  cfg_.slot_bytes = round_up(std::max<size_t>(cfg_.slot_bytes, kPage), kPage);
+  size_t fifo = kPage;
+  while (fifo < cfg_.fifo_bytes) fifo <<= 1;
+  cfg_.fifo_bytes = fifo;
+  static_assert(sizeof(Header) <= kPage);
+  ctl_off_ = kPage;
+  slot_off_ = ctl_off_ + round_up(sizeof(RankCtl) * size, kPage);
+  fifo_off_ = slot_off_ + cfg_.slot_bytes * 2 * size;
+  fifo_stride_ = kPage + cfg_.fifo_bytes;  // FifoCtl on its own page, then the ring
+  size_t total = fifo_off_ + fifo_stride_ * size * size;
+  pidns_ = pid_namespace_id();
+
+  auto deadline = Clock::now() + timeout;
+  if (rank == 0) {
+    std::string name = "/smddp-" + std::to_string(::getpid()) + "-" + random_token();
+    seg_ = Segment::create(name, total);
+    auto* h = new (seg_.data()) Header{};
+    h->magic = kMagic;
+    h->size = static_cast<uint32_t>(size);
+    h->slot_bytes = cfg_.slot_bytes;
+    h->fifo_bytes = cfg_.fifo_bytes;
+    store.set("shm/name", std::vector<uint8_t>(name.begin(), name.end()));
+  } else {
+    auto v = store.get("shm/name", timeout);
+    seg_ = Segment::open(std::string(v.begin(), v.end()), total);
+    if (header()->magic != kMagic || header()->size != static_cast<uint32_t>(size) ||
+        header()->slot_bytes != cfg_.slot_bytes || header()->fifo_bytes != cfg_.fifo_bytes)
+      throw InvalidArgument("smddp: rank " + std::to_string(rank) +
+                            ": shared-memory layout differs from rank 0's (SMDDP_SHM_* settings must agree)");
+  }
+  RankCtl* me = ctl(rank);
+  me->pidns = pidns_;
+  me->pid.store(::getpid(), std::memory_order_release);
+  header()->attached.fetch_add(1, std::memory_order_acq_rel);
+
+  if (rank == 0) {
+    // Unlink as soon as everyone has the mapping: from here on no exit can leak the segment.
+    while (header()->attached.load(std::memory_order_acquire) < static_cast<uint32_t>(size)) {
+      if (Clock::now() > deadline) {
+        std::vector<int> missing;
+        for (int r = 0; r < size; ++r)
+          if (ctl(r)->pid.load() == 0) missing.push_back(r);
+        seg_.unlink();
+        throw TimeoutError("smddp: shared-memory setup on rank 0 timed out after " +
+                               std::to_string(timeout.count()) + " ms: ranks " + ranks_str(missing) +
+                               " never attached",
+                           missing);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    seg_.unlink();
+  }
+}
+
+Group::~Group() { depart(); }
+
+void Group::depart() {
+  if (!departed_ && seg_.data()) {
+    ctl(rank_)->departed.store(1, std::memory_order_release);
+    departed_ = true;
+  }
+}
+
+Group::Header* Group::header() const { return static_cast<Header*>(seg_.data()); }
+Group::RankCtl* Group::ctl(int r) const {
+  return reinterpret_cast<RankCtl*>(static_cast<std::byte*>(seg_.data()) + ctl_off_) + r;
+}
+std::byte* Group::slot(int r, int parity) const {
+  return static_cast<std::byte*>(seg_.data()) + slot_off_ + (static_cast<size_t>(r) * 2 + parity) * cfg_.slot_bytes;
+}
+uint64_t* Group::words(int r, int parity) const { return ctl(r)->words[parity]; }
+Group::FifoCtl* Group::fifo(int src, int dst) const {
+  return reinterpret_cast<FifoCtl*>(static_cast<std::byte*>(seg_.data()) + fifo_off_ +
+                                    (static_cast<size_t>(src) * size_ + dst) * fifo_stride_);
+}
+std::byte* Group::fifo_data(int src, int dst) const { return reinterpret_cast<std::byte*>(fifo(src, dst)) + kPage; }
+
+void Group::arrive() { ctl(rank_)->step.store(++step_, std::memory_order_release); }
+
+std::vector<int> Group::behind(uint64_t target) const {
+  std::vector<int> v;
+  for (int r = 0; r < size_; ++r)
+    if (ctl(r)->step.load(std::memory_order_acquire) < target) v.push_back(r);
+  return v;
+}
+
+void Group::wait_all(const OpInfo& op) {
+  const uint64_t target = step_;
+  wait(
+      [&] {
+        for (int r = 0; r < size_; ++r)
+          if (ctl(r)->step.load(std::memory_order_acquire) < target) return false;
+        return true;
+      },
+      [&] { return behind(target); }, op, "arrive");
+}
+
+bool Group::aborted() const { return header()->abort_state.load(std::memory_order_acquire) != 0; }
+
+void Group::abort(const std::string& reason) {
+  int32_t expected = 0;
+  if (header()->abort_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    std::snprintf(header()->abort_reason, sizeof header()->abort_reason, "%s", reason.c_str());
+    header()->abort_state.store(2, std::memory_order_release);
+  }
+}
+
+std::string Group::abort_reason() const {
+  int32_t s = header()->abort_state.load(std::memory_order_acquire);
+  if (s == 0) return "";
+  while (s == 1) s = header()->abort_state.load(std::memory_order_acquire);
+  return header()->abort_reason;
+}
+
+void Group::throw_if_aborted(const OpInfo& op) const {
+  int32_t s = header()->abort_state.load(std::memory_order_acquire);
+  if (s == 0) return;
+  throw AbortedError("smddp: " + op.describe() + " failed: the communicator was aborted: " + abort_reason());
+}
+
+int Group::lost_rank(const std::vector<int>& ranks, std::string* why) const {
+  for (int r : ranks) {
+    const RankCtl* c = ctl(r);
+    if (c->departed.load(std::memory_order_acquire)) {
+      *why = "left (destroyed its communicator)";
+      return r;
+    }
+    int pid = c->pid.load(std::memory_order_acquire);
+    if (c->pidns == pidns_ && process_dead(pid)) {
+      *why = "died (pid " + std::to_string(pid) + ")";
+      return r;
+    }
+  }
+  return -1;
+}
+
+template <class Ready, class Missing>
+void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for) {
+  for (int i = 0; i < cfg_.spin; ++i) {
+    if (ready()) return;
+    cpu_relax();
+  }
+  auto next_check = Clock::now();
+  int yields = 0;
+  int sleep_us = 2;
+  while (!ready()) {
+    throw_if_aborted(op);
+    if (yields < 64) {
+      ++yields;
+      ::sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min(sleep_us * 2, 200);
+    }
+    auto now = Clock::now();
+    if (now < next_check) continue;
+    next_check = now + std::chrono::milliseconds(20);
+    std::vector<int> late = missing();
+    std::string why;
+    int lost = lost_rank(late, &why);
+    if (lost >= 0 && !ready())
+      throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(lost) + " " + why +
+                          " while this rank waited for it to " + waiting_for,
+                      lost);
+    if (now >= op.deadline && !ready())
+      throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
+                             " ms: ranks " + ranks_str(late) + " did not " + waiting_for,
+                         late);
+  }
+}
+
+size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
+  FifoCtl* f = fifo(rank_, dst);
+  const uint64_t head = f->head.load(std::memory_order_relaxed);
+  const uint64_t tail = f->tail.load(std::memory_order_acquire);
+  const size_t cap = cfg_.fifo_bytes;
+  size_t n = std::min(bytes, cap - static_cast<size_t>(head - tail));
+  if (n == 0) return 0;
+  std::byte* ring = fifo_data(rank_, dst);
+  size_t pos = head & (cap - 1);
+  size_t first = std::min(n, cap - pos);
+  std::memcpy(ring + pos, data, first);
+  std::memcpy(ring, static_cast<const std::byte*>(data) + first, n - first);
+  f->head.store(head + n, std::memory_order_release);
+  return n;
+}
+
+size_t Group::fifo_available(int src) const {
+  const FifoCtl* f = fifo(src, rank_);
+  return static_cast<size_t>(f->head.load(std::memory_order_acquire) - f->tail.load(std::memory_order_relaxed));
+}
+
+size_t Group::fifo_pop(int src, void* data, size_t bytes) {
+  FifoCtl* f = fifo(src, rank_);
+  const uint64_t tail = f->tail.load(std::memory_order_relaxed);
+  const uint64_t head = f->head.load(std::memory_order_acquire);
+  size_t n = std::min(bytes, static_cast<size_t>(head - tail));
+  if (n == 0) return 0;
+  const size_t cap = cfg_.fifo_bytes;
+  const std::byte* ring = fifo_data(src, rank_);
+  size_t pos = tail & (cap - 1);
+  size_t first = std::min(n, cap - pos);
+  std::memcpy(data, ring + pos, first);
+  std::memcpy(static_cast<std::byte*>(data) + first, ring, n - first);
+  f->tail.store(tail + n, std::memory_order_release);
+  return n;
+}
+
+void Group::check_progress(int peer, const OpInfo& op, const char* waiting_for) {
+  throw_if_aborted(op);
+  auto now = Clock::now();
+  if (now < next_liveness_check_) return;
+  next_liveness_check_ = now + std::chrono::milliseconds(20);
+  std::string why;
+  if (lost_rank({peer}, &why) >= 0)
+    throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(peer) + " " + why +
+                        " while this rank waited for it to " + waiting_for,
+                    peer);
+  if (now >= op.deadline)
+    throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
+                           " ms: rank " + std::to_string(peer) + " did not " + waiting_for,
+                       {peer});
+}
+
+}  // namespace smddp::shm

@@ -1,0 +1,102 @@
+// The shared-memory state of the ranks of one communicator on one node.
+//
+// One segment per communicator, created by local rank 0 under a random name (mode 0600) and
+// unlinked as soon as every rank has mapped it, so it never outlives the processes, whatever
+// way they exit. It holds:
+//   - per rank, a step counter: arrive() bumps mine; wait_all() waits until every rank's counter
+//     reaches mine. Collectives are sequences of such rounds.
+//   - per rank, two staging slots (by round parity). A round writes my slot, arrives, waits for
+//     all, then reads any slot. Double buffering makes one sync per round enough: a slot is
+//     written again two rounds later, after the round in between proved every rank had finished
+//     reading it.
+//   - per ordered pair of ranks, a single-producer single-consumer byte FIFO for send/recv.
+//   - an abort word: the first rank that fails a collective writes why, and every wait of every
+//     other rank raises an error at once instead of running into its own timeout.
+// Waits spin briefly, then yield, then sleep; each one watches the deadline, the abort word and
+// whether the ranks it waits for are still alive.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/op_info.h"
+#include "smddp/store.h"
+#include "transport/shm/shm_segment.h"
+
+namespace smddp::shm {
+
+struct GroupConfig {
+  size_t slot_bytes = 256 << 10;
+  size_t fifo_bytes = 256 << 10;  // power of two
+  int spin = 2000;
+};
+
+class Group {
+ public:
+  static constexpr int kWords = 8;  // small per-rank values a round can exchange
+
+  // Collective over the local ranks: rank 0 creates the segment, the others map it.
+  Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout);
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // --- rounds ---
+  size_t slot_bytes() const { return cfg_.slot_bytes; }
+  int begin_round() { return static_cast<int>(round_++ & 1); }
+  std::byte* slot(int r, int parity) const;
+  uint64_t* words(int r, int parity) const;  // kWords values, same double buffering as slots
+  void arrive();
+  void wait_all(const OpInfo& op);
+
+  // --- point to point ---
+  size_t fifo_push(int dst, const void* data, size_t bytes);  // returns bytes accepted (maybe 0)
+  size_t fifo_pop(int src, void* data, size_t bytes);         // returns bytes taken (maybe 0)
+  size_t fifo_available(int src) const;                       // bytes ready to pop
+  // Throws if the communicator was aborted, the peer is gone, or the deadline passed.
+  void check_progress(int peer, const OpInfo& op, const char* waiting_for);
+
+  // --- failure ---
+  // Tells every rank the communicator is dead (first caller's reason wins).
+  void abort(const std::string& reason);
+  bool aborted() const;
+  std::string abort_reason() const;
+  // Marks this rank as gone (destructor does it): peers waiting on it fail at once.
+  void depart();
+
+ private:
+  struct Header;
+  struct RankCtl;
+  struct FifoCtl;
+  Header* header() const;
+  RankCtl* ctl(int r) const;
+  FifoCtl* fifo(int src, int dst) const;
+  std::byte* fifo_data(int src, int dst) const;
+  void throw_if_aborted(const OpInfo& op) const;
+  // Ranks among `ranks` that died or departed: -1 when none.
+  int lost_rank(const std::vector<int>& ranks, std::string* why) const;
+  std::vector<int> behind(uint64_t target) const;
+
+  template <class Ready, class Missing>
+  void wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for);
+
+  int rank_;
+  int size_;
+  GroupConfig cfg_;
+  Segment seg_;
+  size_t ctl_off_ = 0, slot_off_ = 0, fifo_off_ = 0, fifo_stride_ = 0;
+  uint64_t step_ = 0;
+  uint64_t round_ = 0;
+  uint64_t pidns_ = 0;
+  bool departed_ = false;
+  Clock::time_point next_liveness_check_{};
+};
+
+}  // namespace smddp::shm

@@ -1,0 +1,101 @@
+#include "transport/shm/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "smddp/errors.h"
+
+namespace smddp::shm {
+
+static SystemError sys_error(const std::string& what, const std::string& name) {
+  return SystemError("smddp: " + what + " of shared memory '" + name + "' failed: " + std::strerror(errno));
+}
+
+static void* map(int fd, size_t bytes, const std::string& name) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) throw sys_error("mmap", name);
+  return p;
+}
+
+Segment Segment::create(const std::string& name, size_t bytes) {
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) throw sys_error("shm_open(create)", name);
+  Segment s;
+  s.name_ = name;
+  s.owner_ = true;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int e = errno;
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    errno = e;
+    throw sys_error("ftruncate", name);
+  }
+  try {
+    s.data_ = map(fd, bytes, name);
+  } catch (...) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    throw;
+  }
+  ::close(fd);
+  s.size_ = bytes;
+  return s;
+}
+
+Segment Segment::open(const std::string& name, size_t bytes) {
+  int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) throw sys_error("shm_open", name);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
+    ::close(fd);
+    throw SystemError("smddp: shared memory '" + name + "' is smaller than expected");
+  }
+  Segment s;
+  s.name_ = name;
+  try {
+    s.data_ = map(fd, bytes, name);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  s.size_ = bytes;
+  return s;
+}
+
+void Segment::unlink() {
+  if (owner_) {
+    ::shm_unlink(name_.c_str());
+    owner_ = false;
+  }
+}
+
+void Segment::reset() {
+  if (data_) ::munmap(data_, size_);
+  unlink();
+  data_ = nullptr;
+  size_ = 0;
+}
+
+Segment::~Segment() { reset(); }
+
+Segment::Segment(Segment&& o) noexcept { *this = std::move(o); }
+
+Segment& Segment::operator=(Segment&& o) noexcept {
+  if (this != &o) {
+    reset();
+    name_ = std::move(o.name_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    owner_ = std::exchange(o.owner_, false);
+  }
+  return *this;
+}
+
+}  // namespace smddp::shm

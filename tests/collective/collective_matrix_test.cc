@@ -1,0 +1,237 @@
+// The collective test matrix: world size x count x dtype x op x algorithm, every rank a real
+// process, every result checked against the scalar reference (reference.h): integers exactly,
+// floats within tolerance(); reductions bit-identical across ranks and across two runs.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+
+#include "collective/harness.h"
+#include "collective/reference.h"
+
+namespace smddp::testing {
+namespace {
+
+const std::vector<size_t> kCounts = {0, 1, 7, 1023, (size_t{1} << 20) + 3};
+constexpr size_t kBig = (size_t{1} << 20) + 3;
+const DataType kTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i8,
+                           DataType::u8,  DataType::i32, DataType::i64, DataType::boolean};
+const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min,  ReduceOp::max,       ReduceOp::avg,
+                         ReduceOp::band, ReduceOp::bor, ReduceOp::bxor, ReduceOp::premul_sum};
+
+void* at(void* p, size_t elems, DataType t) { return static_cast<char*>(p) + elems * dtype_size(t); }
+
+Reduction reduction(ReduceOp op) { return op == ReduceOp::premul_sum ? Reduction::premul_sum(0.5) : Reduction(op); }
+
+std::string case_name(const char* coll, const char* algo, DataType t, ReduceOp op, size_t count) {
+  std::ostringstream os;
+  os << coll << ':' << algo << '/' << to_string(t) << '/' << to_string(op) << "/n=" << count;
+  return os.str();
+}
+
+struct Buf {
+  std::vector<uint64_t> mem;  // 8-byte aligned storage
+  Buf(size_t elems, DataType t) : mem((elems * dtype_size(t) + 7) / 8 + 1, 0) {}
+  void* data() { return mem.data(); }
+};
+
+// Checks out[0..n) against reference_value(idx(i)); reports the first few mismatches.
+template <class IndexFn>
+void check_reduced(Report& rep, const std::string& name, const void* out, size_t n, int world, DataType t,
+                   Reduction op, int salt, IndexFn idx) {
+  int shown = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double want = reference_value(world, idx(i), t, op, salt);
+    const double got = load_value(out, i, t);
+    if (!(std::fabs(got - want) <= tolerance(t, want))) {
+      if (shown++ < 3) rep.fail(name + ": element " + std::to_string(i) + " is " + std::to_string(got) +
+                                ", expected " + std::to_string(want));
+    }
+  }
+}
+
+void fill_inputs(void* buf, size_t n, int rank, DataType t, ReduceOp op, int salt, size_t first_index = 0) {
+  for (size_t i = 0; i < n; ++i) store_value(buf, i, t, input_value(rank, first_index + i, t, op, salt));
+}
+
+// Reductions: allreduce (each algorithm, in and out of place), reduce_scatter, reduce.
+void reduction_matrix(Communicator& c, const std::string& algo, Report& rep, bool big) {
+  const int w = c.size(), me = c.rank();
+  int salt = 0;
+  for (size_t count : kCounts) {
+    if ((count == kBig) != big) continue;
+    for (DataType t : kTypes) {
+      for (ReduceOp o : kOps) {
+        if (!supports(t, o)) continue;
+        const Reduction op = reduction(o);
+        ++salt;
+        const size_t es = dtype_size(t);
+        // allreduce; odd salts run in place.
+        {
+          Buf in(count, t), out(count, t);
+          fill_inputs(in.data(), count, me, t, o, salt);
+          const bool in_place = salt % 2;
+          void* dst = in_place ? in.data() : out.data();
+          c.allreduce(in.data(), dst, count, t, op).wait();
+          const auto name = case_name("allreduce", algo.c_str(), t, o, count);
+          check_reduced(rep, name, dst, count, w, t, op, salt, [](size_t i) { return i; });
+          rep.record(name, std::to_string(fingerprint(dst, count * es)));
+        }
+        if (algo != "rs_ag") continue;  // the other reductions have one algorithm each: run them once
+        // reduce_scatter: rank r's input block b element i is input index b*count + i.
+        {
+          Buf in(count * static_cast<size_t>(w), t), out(count, t);
+          fill_inputs(in.data(), count * static_cast<size_t>(w), me, t, o, salt);
+          c.reduce_scatter(in.data(), out.data(), count, t, op).wait();
+          const auto name = case_name("reduce_scatter", "direct", t, o, count);
+          check_reduced(rep, name, out.data(), count, w, t, op, salt,
+                        [&](size_t i) { return static_cast<size_t>(me) * count + i; });
+        }
+        // reduce to a root that moves with the case.
+        {
+          const int root = salt % w;
+          Buf in(count, t), out(count, t);
+          fill_inputs(in.data(), count, me, t, o, salt);
+          c.reduce(in.data(), me == root ? out.data() : nullptr, count, t, op, root).wait();
+          if (me == root)
+            check_reduced(rep, case_name("reduce", "direct", t, o, count) + "/root=" + std::to_string(root),
+                          out.data(), count, w, t, op, salt, [](size_t i) { return i; });
+        }
+      }
+    }
+  }
+}
+
+// Data movement: every byte must arrive exactly. Pattern: value of (source rank, index).
+void movement_matrix(Communicator& c, Report& rep, bool big) {
+  const int w = c.size(), me = c.rank();
+  const auto W = static_cast<size_t>(w);
+  int salt = 1000;
+  for (size_t count : kCounts) {
+    if ((count == kBig) != big) continue;
+    for (DataType t : kTypes) {
+      if (big && t != DataType::f32 && t != DataType::u8) continue;  // bytes are bytes: two types suffice
+      ++salt;
+      const ReduceOp pat = ReduceOp::bxor;  // random-bit pattern
+      auto expect_block = [&](const std::string& name, const void* got, size_t n, int src, size_t first) {
+        int shown = 0;
+        for (size_t i = 0; i < n; ++i) {
+          Buf one(1, t);  // the value as stored in this dtype
+          store_value(one.data(), 0, t, input_value(src, first + i, t, pat, salt));
+          const double want = load_value(one.data(), 0, t);
+          if (load_value(got, i, t) != want && shown++ < 3)
+            rep.fail(name + ": element " + std::to_string(i) + " from rank " + std::to_string(src) + " wrong");
+        }
+      };
+      {  // allgather, out of place and in place
+        Buf in(count, t), out(count * W, t);
+        fill_inputs(in.data(), count, me, t, pat, salt);
+        c.allgather(in.data(), out.data(), count, t).wait();
+        for (int j = 0; j < w; ++j)
+          expect_block(case_name("allgather", "direct", t, pat, count), at(out.data(), j * count, t), count, j, 0);
+        Buf inplace(count * W, t);
+        fill_inputs(at(inplace.data(), static_cast<size_t>(me) * count, t), count, me, t, pat, salt);
+        c.allgather(at(inplace.data(), static_cast<size_t>(me) * count, t), inplace.data(), count, t).wait();
+        for (int j = 0; j < w; ++j)
+          expect_block(case_name("allgather-inplace", "direct", t, pat, count), at(inplace.data(), j * count, t),
+                       count, j, 0);
+      }
+      {  // broadcast
+        const int root = salt % w;
+        Buf b(count, t);
+        if (me == root) fill_inputs(b.data(), count, root, t, pat, salt);
+        c.broadcast(b.data(), count, t, root).wait();
+        expect_block(case_name("broadcast", "direct", t, pat, count), b.data(), count, root, 0);
+      }
+      {  // gather and scatter
+        const int root = (salt + 1) % w;
+        Buf in(count, t), out(count * W, t);
+        fill_inputs(in.data(), count, me, t, pat, salt);
+        c.gather(in.data(), me == root ? out.data() : nullptr, count, t, root).wait();
+        if (me == root)
+          for (int j = 0; j < w; ++j)
+            expect_block(case_name("gather", "direct", t, pat, count), at(out.data(), j * count, t), count, j, 0);
+        Buf src(count * W, t), dst(count, t);
+        if (me == root) fill_inputs(src.data(), count * W, root, t, pat, salt);
+        c.scatter(me == root ? src.data() : nullptr, dst.data(), count, t, root).wait();
+        expect_block(case_name("scatter", "direct", t, pat, count), dst.data(), count, root,
+                     static_cast<size_t>(me) * count);
+      }
+      {  // alltoall: block d of rank s's input = input_value(s, d*count + i)
+        Buf in(count * W, t), out(count * W, t);
+        fill_inputs(in.data(), count * W, me, t, pat, salt);
+        c.alltoall(in.data(), out.data(), count, t).wait();
+        for (int j = 0; j < w; ++j)
+          expect_block(case_name("alltoall", "direct", t, pat, count), at(out.data(), j * count, t), count, j,
+                       static_cast<size_t>(me) * count);
+      }
+      {  // alltoallv: rank s sends (count + s + d) % (count + 2) elements to d, packed
+        auto n_of = [&](int s, int d) { return count ? (count + static_cast<size_t>(s + 2 * d)) % (count + 2) : 0; };
+        std::vector<size_t> sc(W), sd(W), rc(W), rd(W);
+        size_t st = 0, rt = 0;
+        for (int j = 0; j < w; ++j) {
+          sc[static_cast<size_t>(j)] = n_of(me, j); sd[static_cast<size_t>(j)] = st; st += sc[static_cast<size_t>(j)];
+          rc[static_cast<size_t>(j)] = n_of(j, me); rd[static_cast<size_t>(j)] = rt; rt += rc[static_cast<size_t>(j)];
+        }
+        Buf in(st, t), out(rt, t);
+        // Element k of the block to d is input_value(me, d*(count+2) + k).
+        for (int d = 0; d < w; ++d)
+          fill_inputs(at(in.data(), sd[static_cast<size_t>(d)], t), sc[static_cast<size_t>(d)], me, t, pat, salt,
+                      static_cast<size_t>(d) * (count + 2));
+        c.alltoallv(in.data(), sc, sd, out.data(), rc, rd, t).wait();
+        for (int j = 0; j < w; ++j)
+          expect_block(case_name("alltoallv", "direct", t, pat, count), at(out.data(), rd[static_cast<size_t>(j)], t),
+                       rc[static_cast<size_t>(j)], j, static_cast<size_t>(me) * (count + 2));
+      }
+    }
+  }
+  c.barrier().wait();
+}
+
+class CollectiveMatrix : public ::testing::TestWithParam<int> {};
+
+void run_matrix(int world, bool big) {
+  auto result = run_ranks(world, [big](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    for (std::string algo : {"one_shot", "rs_ag"}) {
+      Options o;
+      o.algorithms = "allreduce:" + algo;
+      o.timeout = std::chrono::seconds(120);
+      Communicator c(store, rank, w, o);
+      reduction_matrix(c, algo, rep, big);
+      if (algo == "rs_ag") movement_matrix(c, rep, big);
+    }
+    // Second run, new communicator: allreduce results must repeat bit for bit.
+    Report again;
+    {
+      Options o;
+      o.algorithms = "allreduce:rs_ag";
+      o.timeout = std::chrono::seconds(120);
+      Communicator c(store, rank, w, o);
+      reduction_matrix(c, "rs_ag", again, big);
+    }
+    std::map<std::string, std::string> first;
+    std::istringstream a(rep.records_), b(again.records_);
+    std::string k, v;
+    while (a >> k >> v) first[k] = v;
+    while (b >> k >> v)
+      if (first.count(k) && first[k] != v) rep.fail(k + ": result differs between two runs");
+  });
+  ASSERT_TRUE(result.ok()) << result.summary();
+  // Bit-identical across ranks: every rank's allreduce fingerprints must agree with rank 0's.
+  const auto& r0 = result.ranks[0].records;
+  for (size_t r = 1; r < result.ranks.size(); ++r) {
+    ASSERT_EQ(result.ranks[r].records.size(), r0.size());
+    for (size_t i = 0; i < r0.size(); ++i)
+      EXPECT_EQ(result.ranks[r].records[i].second, r0[i].second)
+          << r0[i].first << ": rank " << r << " differs from rank 0";
+  }
+}
+
+TEST_P(CollectiveMatrix, SmallCounts) { run_matrix(GetParam(), false); }
+TEST_P(CollectiveMatrix, LargeCount) { run_matrix(GetParam(), true); }
+
+INSTANTIATE_TEST_SUITE_P(World, CollectiveMatrix, ::testing::Values(1, 2, 3, 4, 5, 8),
+                         [](const auto& p) { return "w" + std::to_string(p.param); });
+
+}  // namespace
+}  // namespace smddp::testing

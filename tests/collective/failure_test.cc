@@ -1,0 +1,182 @@
+// Failure behaviour: bad arguments, SMDDP_CHECK mismatches, a rank that never arrives, a rank
+// that dies, and destroying a communicator with work in flight. Never a hang; nothing leaks
+// (run_ranks checks /dev/shm and threads after every run).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "collective/harness.h"
+
+namespace smddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+template <class E, class F>
+void expect_throw(Report& rep, const std::string& what, F f, const std::string& must_contain) {
+  try {
+    f();
+    rep.fail(what + ": no exception");
+  } catch (const E& e) {
+    if (std::string(e.what()).find(must_contain) == std::string::npos)
+      rep.fail(what + ": message lacks '" + must_contain + "': " + e.what());
+  } catch (const std::exception& e) {
+    rep.fail(what + ": wrong exception type: " + e.what());
+  }
+}
+
+TEST(Failure, BadArgumentsGiveClearErrors) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator c(store, rank, w);
+    float f = 1;
+    expect_throw<InvalidArgument>(rep, "null send", [&] { c.allreduce(nullptr, &f, 1, DataType::f32, ReduceOp::sum); },
+                                  "send buffer is null");
+    expect_throw<InvalidArgument>(rep, "bxor on float", [&] { c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::bxor); },
+                                  "bxor is not supported for dtype f32");
+    expect_throw<InvalidArgument>(rep, "avg on bool", [&] { c.allreduce(&f, &f, 1, DataType::boolean, ReduceOp::avg); },
+                                  "avg is not supported for dtype bool");
+    expect_throw<InvalidArgument>(rep, "bad root", [&] { c.broadcast(&f, 1, DataType::f32, 2); }, "root 2 is outside");
+    expect_throw<InvalidArgument>(rep, "overflow",
+                                  [&] { c.allgather(&f, &f, SIZE_MAX / 2, DataType::f64); }, "overflows");
+    expect_throw<InvalidArgument>(rep, "bad dtype",
+                                  [&] { c.allreduce(&f, &f, 1, static_cast<DataType>(42), ReduceOp::sum); },
+                                  "allreduce");
+    expect_throw<InvalidArgument>(rep, "bad peer", [&] { c.send(&f, 1, DataType::f32, 5); }, "peer 5");
+    // The communicator is still fine after rejected calls.
+    f = static_cast<float>(rank + 1);
+    c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+    if (f != 3.0f) rep.fail("allreduce after rejected calls gave " + std::to_string(f));
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+TEST(Failure, BadAlgorithmNameIsRejected) {
+  auto res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.algorithms = "allreduce:bogus";
+    expect_throw<InvalidArgument>(rep, "bogus algorithm", [&] { Communicator c(store, rank, w, o); },
+                                  "no allreduce algorithm named 'bogus' (known: one_shot, rs_ag)");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+TEST(Failure, CheckModeNamesTheMismatch) {
+  RunOptions ro;
+  ro.env = {{"SMDDP_CHECK", "1"}};
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = 10s;
+    Communicator c(store, rank, w, o);
+    std::vector<float> v(16, 1.0f);
+    const size_t count = rank == 2 ? 12 : 16;
+    expect_throw<MismatchError>(rep, "count mismatch",
+                                [&] { c.allreduce(v.data(), v.data(), count, DataType::f32, ReduceOp::sum).wait(); },
+                                "disagree on the count");
+    const ReduceOp op = rank == 1 ? ReduceOp::max : ReduceOp::sum;
+    expect_throw<MismatchError>(rep, "op mismatch",
+                                [&] { c.allreduce(v.data(), v.data(), 16, DataType::f32, op).wait(); },
+                                "disagree on the reduce op");
+    // Agreement again: works, the communicator survived the mismatches.
+    c.allreduce(v.data(), v.data(), 16, DataType::f32, ReduceOp::sum).wait();
+    if (v[0] != 3.0f) rep.fail("allreduce after mismatches gave " + std::to_string(v[0]));
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+TEST(Failure, MissingRankTimesOutNamingIt) {
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = 1500ms;
+    Communicator c(store, rank, w, o);
+    float f = 1;
+    if (rank == 2) {
+      // Never calls the collective; waits until the others gave up, then finds the abort.
+      std::this_thread::sleep_for(3s);
+      expect_throw<AbortedError>(rep, "late rank", [&] { c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait(); },
+                                 "aborted");
+      return;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+      rep.fail("allreduce without rank 2 succeeded");
+    } catch (const TimeoutError& e) {
+      // The first rank to time out aborts; the other may see the timeout or the abort.
+      if (std::string(e.what()).find("allreduce #1") == std::string::npos ||
+          e.missing_ranks() != std::vector<int>{2})
+        rep.fail(std::string("timeout message lacks op/seq/missing rank: ") + e.what());
+    } catch (const AbortedError& e) {
+      if (std::string(e.what()).find("ranks [2]") == std::string::npos)
+        rep.fail(std::string("abort message does not name rank 2: ") + e.what());
+    }
+    auto took = std::chrono::steady_clock::now() - t0;
+    if (took > 4s) rep.fail("error took too long: " + std::to_string(took.count() / 1000000) + " ms");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+TEST(Failure, KilledRankIsReportedFast) {
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = 60s;  // far longer than the test tolerates: detection must not rely on it
+    Communicator c(store, rank, w, o);
+    float f = 1;
+    c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+    if (rank == 1) {
+      std::this_thread::sleep_for(200ms);
+      ::kill(::getpid(), SIGKILL);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+      rep.fail("allreduce with a dead rank succeeded");
+    } catch (const PeerError& e) {
+      if (e.peer() != 1 || std::string(e.what()).find("rank 1 died") == std::string::npos)
+        rep.fail(std::string("peer error does not name rank 1: ") + e.what());
+    } catch (const AbortedError& e) {
+      if (std::string(e.what()).find("rank 1 died") == std::string::npos)
+        rep.fail(std::string("abort does not name rank 1: ") + e.what());
+    }
+    if (std::chrono::steady_clock::now() - t0 > 5s) rep.fail("dead rank detected too slowly");
+  });
+  // Rank 1 was killed on purpose; everything else must be clean.
+  ASSERT_EQ(res.ranks[1].exit_code, -SIGKILL);
+  res.ranks[1].exit_code = 0;
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+TEST(Failure, DestroyWithWorkInFlightIsSafe) {
+  RunOptions ro;
+  ro.env = {{"SMDDP_INLINE", "0"}};  // queue everything on the engine thread: really in flight
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = 10s;
+    std::vector<float> big(1 << 20, 1.0f);
+    std::vector<Work> pending;
+    {
+      Communicator c(store, rank, w, o);
+      if (rank == 0) {
+        // Queue several collectives the peer never joins, then destroy the communicator.
+        pending.push_back(c.barrier());
+        for (int i = 0; i < 4; ++i)
+          pending.push_back(c.allreduce(big.data(), big.data(), big.size(), DataType::f32, ReduceOp::sum));
+      } else {
+        std::this_thread::sleep_for(300ms);
+      }
+    }
+    for (auto& p : pending) {
+      if (!p.test()) rep.fail("work still pending after its communicator was destroyed");
+      try {
+        p.wait();
+        rep.fail("work of a destroyed communicator succeeded");
+      } catch (const Error&) {
+      }
+    }
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+}  // namespace
+}  // namespace smddp::testing

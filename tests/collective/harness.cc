@@ -1,0 +1,139 @@
+#include "collective/harness.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace smddp::testing {
+
+namespace fs = std::filesystem;
+
+void Report::fail(const std::string& msg) {
+  if (++failures_ <= 200) text_ += msg + "\n";
+}
+
+void Report::record(const std::string& key, const std::string& value) { records_ += key + " " + value + "\n"; }
+
+bool RunResult::ok() const {
+  if (!problems.empty()) return false;
+  for (const auto& r : ranks)
+    if (r.exit_code != 0 || !r.failures.empty()) return false;
+  return true;
+}
+
+std::string RunResult::summary() const {
+  std::string s;
+  for (const auto& p : problems) s += "harness: " + p + "\n";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i].exit_code != 0) s += "rank " + std::to_string(i) + " exit code " + std::to_string(ranks[i].exit_code) + "\n";
+    if (!ranks[i].failures.empty()) s += "rank " + std::to_string(i) + ":\n" + ranks[i].failures;
+  }
+  if (s.size() > 20000) s = s.substr(0, 20000) + "\n...(truncated)";
+  return s;
+}
+
+int thread_count() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+std::vector<std::string> shm_leftovers(const std::vector<int>& pids) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+    std::string n = e.path().filename().string();
+    for (int pid : pids)
+      if (n.rfind("smddp-" + std::to_string(pid) + "-", 0) == 0) out.push_back(n);
+  }
+  return out;
+}
+
+RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
+  char tmpl[] = "/tmp/smddp-test-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  RunResult result;
+  result.ranks.resize(static_cast<size_t>(world));
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      for (const auto& [k, v] : opts.env) setenv(k.c_str(), v.c_str(), 1);
+      Report report;
+      int code = 0;
+      try {
+        const int threads_before = thread_count();
+        {
+          auto store = std::make_shared<FileStore>(dir + "/store");
+          fn(r, world, store, report);
+        }
+        const int threads_after = thread_count();
+        if (threads_after != threads_before)
+          report.fail("thread leak: " + std::to_string(threads_before) + " threads before, " +
+                      std::to_string(threads_after) + " after");
+      } catch (const std::exception& e) {
+        report.fail(std::string("uncaught exception: ") + e.what());
+        code = 3;
+      }
+      std::ofstream(dir + "/rank" + std::to_string(r) + ".fail") << report.text_;
+      std::ofstream(dir + "/rank" + std::to_string(r) + ".rec") << report.records_;
+      _exit(code ? code : (report.ok() ? 0 : 1));
+    }
+    pids.push_back(pid);
+  }
+  auto deadline = std::chrono::steady_clock::now() + opts.wall_limit;
+  std::vector<bool> done(static_cast<size_t>(world), false);
+  int remaining = world;
+  while (remaining > 0) {
+    for (int r = 0; r < world; ++r) {
+      if (done[static_cast<size_t>(r)]) continue;
+      int status = 0;
+      pid_t w = waitpid(pids[static_cast<size_t>(r)], &status, WNOHANG);
+      if (w == pids[static_cast<size_t>(r)]) {
+        done[static_cast<size_t>(r)] = true;
+        --remaining;
+        result.ranks[static_cast<size_t>(r)].exit_code =
+            WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      }
+    }
+    if (remaining == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      result.problems.push_back("ranks still running after " + std::to_string(opts.wall_limit.count()) +
+                                " s: killed (a hang)");
+      for (int r = 0; r < world; ++r)
+        if (!done[static_cast<size_t>(r)]) kill(pids[static_cast<size_t>(r)], SIGKILL);
+      for (int r = 0; r < world; ++r)
+        if (!done[static_cast<size_t>(r)]) waitpid(pids[static_cast<size_t>(r)], nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (int r = 0; r < world; ++r) {
+    auto& o = result.ranks[static_cast<size_t>(r)];
+    std::ifstream f(dir + "/rank" + std::to_string(r) + ".fail");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    o.failures = ss.str();
+    std::ifstream rec(dir + "/rank" + std::to_string(r) + ".rec");
+    std::string k, v;
+    while (rec >> k >> v) o.records.emplace_back(k, v);
+  }
+  std::vector<int> ipids(pids.begin(), pids.end());
+  for (const auto& n : shm_leftovers(ipids)) result.problems.push_back("leaked /dev/shm/" + n);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return result;
+}
+
+}  // namespace smddp::testing

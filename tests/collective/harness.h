@@ -1,0 +1,56 @@
+// Runs a function on N ranks that are real processes (fork), each with its own Communicator
+// over a fresh FileStore, and gathers what went wrong. Every run also checks that nothing leaks:
+// no /dev/shm entry of the ranks remains and each rank has as many threads after destroying its
+// communicators as it had before creating them.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "smddp/smddp.h"
+
+namespace smddp::testing {
+
+// What a rank reports back. check() records a failure message (at most a few hundred are kept).
+class Report {
+ public:
+  void fail(const std::string& msg);
+  bool ok() const { return failures_ == 0; }
+  // Free-form lines the parent can compare across ranks ("key value").
+  void record(const std::string& key, const std::string& value);
+
+  int failures_ = 0;
+  std::string text_;
+  std::string records_;
+};
+
+struct RunOptions {
+  std::chrono::seconds wall_limit{600};  // the whole run; children are killed past it
+  std::vector<std::pair<std::string, std::string>> env;  // set in the children
+};
+
+struct RankOutcome {
+  int exit_code = 0;    // -signal when killed
+  std::string failures;
+  std::vector<std::pair<std::string, std::string>> records;
+};
+
+struct RunResult {
+  std::vector<RankOutcome> ranks;
+  std::vector<std::string> problems;  // harness-level: hang, crash, leak
+  bool ok() const;
+  std::string summary() const;  // every failure, for the assertion message
+};
+
+// fn runs in each child with (rank, world, store, report). It makes its own communicators.
+using RankFn = std::function<void(int rank, int world, std::shared_ptr<Store> store, Report& report)>;
+RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts = {});
+
+// Names of our segments in /dev/shm created by any of `pids` (empty when none).
+std::vector<std::string> shm_leftovers(const std::vector<int>& pids);
+int thread_count();
+
+}  // namespace smddp::testing

@@ -1,0 +1,42 @@
+// The parameter registry and docs/env-vars.md must agree: every registered SMDDP_* parameter is
+// documented, and the document names no parameter the code does not have.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "core/config.h"
+
+TEST(Config, EveryParameterIsDocumentedAndViceVersa) {
+  std::ifstream f(std::string(SMDDP_SOURCE_DIR) + "/docs/env-vars.md");
+  ASSERT_TRUE(f) << "docs/env-vars.md missing";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string doc = ss.str();
+  std::set<std::string> documented;
+  std::regex row(R"(^\| `(SMDDP_[A-Z0-9_]+)`)");
+  std::istringstream lines(doc);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, row)) documented.insert(m[1]);
+  }
+  std::set<std::string> registered;
+  for (const auto& p : smddp::config::params()) registered.insert(p.name);
+  for (const auto& n : registered) EXPECT_TRUE(documented.count(n)) << n << " is not in docs/env-vars.md";
+  for (const auto& n : documented) EXPECT_TRUE(registered.count(n)) << n << " is documented but not registered";
+}
+
+TEST(Config, ParsesSizesAndBooleans) {
+  setenv("SMDDP_SHM_CHUNK", "64k", 1);
+  EXPECT_EQ(smddp::config::get_int("SMDDP_SHM_CHUNK"), 65536);
+  setenv("SMDDP_SHM_CHUNK", "2m", 1);
+  EXPECT_EQ(smddp::config::get_int("SMDDP_SHM_CHUNK"), 2 << 20);
+  unsetenv("SMDDP_SHM_CHUNK");
+  setenv("SMDDP_CHECK", "yes", 1);
+  EXPECT_TRUE(smddp::config::get_bool("SMDDP_CHECK"));
+  unsetenv("SMDDP_CHECK");
+  EXPECT_FALSE(smddp::config::get_bool("SMDDP_CHECK"));
+  EXPECT_THROW(smddp::config::get_string("SMDDP_NOT_A_PARAM"), std::logic_error);
+}

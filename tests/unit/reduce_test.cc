@@ -1,0 +1,197 @@
+// Reduction kernels against a scalar loop, for every ISA this CPU has, every dtype and op,
+// odd lengths (vector tails), many sources, aliasing of dst and a source, and f16/bf16 rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "reduce/half.h"
+#include "reduce/reduce.h"
+#include "smddp/errors.h"
+
+namespace smddp::reduce {
+namespace avx512 { void reduce(const ReduceArgs& a); }
+namespace avx2 { void reduce(const ReduceArgs& a); }
+namespace scalar { void reduce(const ReduceArgs& a); }
+}  // namespace smddp::reduce
+
+namespace {
+
+using namespace smddp;
+using namespace smddp::reduce;
+
+TEST(Half, F16RoundTripAndRounding) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t b = static_cast<uint16_t>(h);
+    const float f = f16_to_f32(b);
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f32_to_f16(f), b) << "f16 bits " << h;
+  }
+  EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);  // tie -> even (down)
+  EXPECT_EQ(f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);  // tie -> even (up)
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);            // rounds to inf
+  EXPECT_EQ(f32_to_f16(5.96046448e-8f), 0x0001);      // smallest subnormal
+  EXPECT_EQ(f32_to_f16(2.98023224e-8f), 0x0000);      // half of it: tie to even 0
+}
+
+TEST(Half, Bf16RoundTripAndRounding) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = bf16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f32_to_bf16(f), h);
+  }
+  EXPECT_EQ(f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);  // tie -> even
+  EXPECT_EQ(f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+}
+
+double scalar_ref(const std::vector<std::vector<double>>& in, size_t i, ReduceOp op, bool is_bool, double factor) {
+  double acc = 0;
+  for (size_t s = 0; s < in.size(); ++s) {
+    double v = in[s][i];
+    if (op == ReduceOp::premul_sum) v *= factor;
+    if (s == 0) { acc = v; continue; }
+    if (is_bool) {
+      bool a = acc != 0, b = v != 0;
+      acc = (op == ReduceOp::prod || op == ReduceOp::min || op == ReduceOp::band) ? (a && b)
+            : op == ReduceOp::bxor ? (a != b) : (a || b);
+      continue;
+    }
+    switch (op) {
+      case ReduceOp::prod: acc *= v; break;
+      case ReduceOp::min: acc = std::min(acc, v); break;
+      case ReduceOp::max: acc = std::max(acc, v); break;
+      case ReduceOp::band: acc = static_cast<double>(static_cast<int64_t>(acc) & static_cast<int64_t>(v)); break;
+      case ReduceOp::bor: acc = static_cast<double>(static_cast<int64_t>(acc) | static_cast<int64_t>(v)); break;
+      case ReduceOp::bxor: acc = static_cast<double>(static_cast<int64_t>(acc) ^ static_cast<int64_t>(v)); break;
+      default: acc += v; break;
+    }
+  }
+  return acc;  // avg's division is applied by the caller (float vs integer semantics)
+}
+
+void put(void* p, size_t i, DataType t, double v) {
+  switch (t) {
+    case DataType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::f64: static_cast<double*>(p)[i] = v; break;
+    case DataType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v)); break;
+    case DataType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v)); break;
+    case DataType::i8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DataType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DataType::boolean: static_cast<uint8_t*>(p)[i] = v != 0; break;
+  }
+}
+double get(const void* p, size_t i, DataType t) {
+  switch (t) {
+    case DataType::f32: return static_cast<const float*>(p)[i];
+    case DataType::f64: return static_cast<const double*>(p)[i];
+    case DataType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DataType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DataType::i8: return static_cast<const int8_t*>(p)[i];
+    case DataType::u8: return static_cast<const uint8_t*>(p)[i];
+    case DataType::i32: return static_cast<const int32_t*>(p)[i];
+    case DataType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DataType::boolean: return static_cast<const uint8_t*>(p)[i];
+  }
+  return 0;
+}
+
+struct Isa {
+  const char* name;
+  void (*fn)(const ReduceArgs&);
+  bool available;
+};
+
+std::vector<Isa> isas() {
+  __builtin_cpu_init();
+  return {{"scalar", scalar::reduce, true},
+          {"avx2", avx2::reduce, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
+          {"avx512", avx512::reduce, __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")}};
+}
+
+TEST(ReduceKernels, EveryIsaDtypeOpMatchesScalarLoop) {
+  const DataType types[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i8,
+                            DataType::u8,  DataType::i32, DataType::i64, DataType::boolean};
+  std::mt19937 rng(42);
+  for (const auto& isa : isas()) {
+    if (!isa.available) continue;
+    for (DataType t : types) {
+      for (int o = 0; o < kNumReduceOps; ++o) {
+        const auto op = static_cast<ReduceOp>(o);
+        if (!supports(t, op)) continue;
+        for (int nsrc : {1, 2, 3, 8}) {
+          for (size_t n : {size_t{1}, size_t{15}, size_t{1024}, size_t{3001}}) {
+            std::vector<std::vector<double>> vals(static_cast<size_t>(nsrc), std::vector<double>(n));
+            std::vector<std::vector<uint64_t>> bufs(static_cast<size_t>(nsrc), std::vector<uint64_t>(n + 1));
+            std::vector<const void*> srcs;
+            for (int s = 0; s < nsrc; ++s) {
+              for (size_t i = 0; i < n; ++i) {
+                double v = (op == ReduceOp::band || op == ReduceOp::bor || op == ReduceOp::bxor)
+                               ? static_cast<double>(rng() % 128)
+                           : op == ReduceOp::prod ? static_cast<double>(rng() % 3 + 1)
+                           : t == DataType::u8 || t == DataType::boolean ? static_cast<double>(rng() % 2)
+                                                                         : static_cast<double>(rng() % 17) - 8;
+                put(bufs[static_cast<size_t>(s)].data(), i, t, v);
+                vals[static_cast<size_t>(s)][i] = get(bufs[static_cast<size_t>(s)].data(), i, t);
+              }
+              srcs.push_back(bufs[static_cast<size_t>(s)].data());
+            }
+            std::vector<uint64_t> dst(n + 1);
+            Reduction red = op == ReduceOp::premul_sum ? Reduction::premul_sum(0.25) : Reduction(op);
+            isa.fn({dst.data(), srcs.data(), nsrc, n, t, red, nsrc});
+            // Aliased form: dst is source 0.
+            std::vector<uint64_t> alias = bufs[0];
+            std::vector<const void*> srcs2 = srcs;
+            srcs2[0] = alias.data();
+            isa.fn({alias.data(), srcs2.data(), nsrc, n, t, red, nsrc});
+            for (size_t i = 0; i < n; ++i) {
+              double want = scalar_ref(vals, i, op, t == DataType::boolean, 0.25);
+              if (op == ReduceOp::avg && is_floating(t)) {
+                double s = 0;
+                for (auto& v : vals) s += v[i];
+                want = s / nsrc;
+              } else if (op == ReduceOp::avg) {
+                int64_t s = 0;
+                for (auto& v : vals) s += static_cast<int64_t>(v[i]);
+                want = static_cast<double>(s / nsrc);  // C++ truncation toward zero
+              }
+              if (!is_floating(t) && op == ReduceOp::prod) {  // wrap like the hardware
+                int64_t p = 1;
+                for (auto& v : vals) p *= static_cast<int64_t>(v[i]);
+                std::vector<uint64_t> tmp(1);
+                put(tmp.data(), 0, t, static_cast<double>(p));
+                want = get(tmp.data(), 0, t);
+              }
+              const double tol = t == DataType::f16 ? 2e-3 * std::max(1.0, std::fabs(want))
+                                 : t == DataType::bf16 ? 1e-2 * std::max(1.0, std::fabs(want))
+                                 : is_floating(t) ? 1e-6 * std::max(1.0, std::fabs(want)) : 0;
+              ASSERT_LE(std::fabs(get(dst.data(), i, t) - want), tol)
+                  << isa.name << ' ' << to_string(t) << ' ' << to_string(op) << " nsrc=" << nsrc << " n=" << n
+                  << " i=" << i;
+              ASSERT_EQ(get(alias.data(), i, t), get(dst.data(), i, t)) << "aliased result differs";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceKernels, HalfAccumulatesInFloatAndRoundsOnce) {
+  // 2048 + 1 + 1 in f16: rounding after each add would give 2048 (1 is below half an ulp at
+  // 2048); rounding once gives 2050.
+  uint16_t a = f32_to_f16(2048.0f), b = f32_to_f16(1.0f), c = f32_to_f16(1.0f), out = 0;
+  const void* srcs[] = {&a, &b, &c};
+  reduce::reduce({&out, srcs, 3, 1, DataType::f16, ReduceOp::sum, 3});
+  EXPECT_EQ(f16_to_f32(out), 2050.0f);
+}
+
+TEST(ReduceKernels, UnsupportedCombinationThrows) {
+  float x = 1;
+  const void* s[] = {&x};
+  EXPECT_THROW(reduce::reduce({&x, s, 1, 1, DataType::f32, ReduceOp::band, 1}), InvalidArgument);
+}
+
+}  // namespace
