@@ -1,0 +1,29 @@
+# smddp — the two commands a developer types:
+#   make demo   the main job: a 4-process training run with backend="smddp", beside gloo
+#   make test   everything CI checks (see tools/test-all)
+# Both do their own set-up on a fresh Debian machine (host packages, hermetic torch roots).
+
+.PHONY: all build test demo bench clean devenv-down format
+
+all: build
+
+build:
+	tools/host-deps
+	cmake -S . -B build/host -G Ninja -DSMDDP_BUILD_TESTS=ON -DSMDDP_BUILD_BENCHMARKS=ON
+	cmake --build build/host
+
+test:
+	tools/test-all
+
+demo:
+	tools/demo
+
+clean:
+	rm -rf build
+
+# Unmount the devenv roots' kernel filesystems (they stay mounted between runs for speed).
+devenv-down:
+	tools/devenv down --all
+
+format:
+	find include src tests benchmarks python -name '*.h' -o -name '*.cc' -o -name '*.cu' | xargs clang-format -i
