@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +49,10 @@ class Work {
   bool wait_for(std::chrono::milliseconds timeout) const;
   // Sequence number of the operation within its communicator (1, 2, ...).
   uint64_t sequence() const;
+  // Calls `callback` once the operation finishes, with its error (null on success): on the
+  // thread that completes it, or at once on this thread if it already finished. Callbacks must
+  // not block on other smddp work.
+  void then(std::function<void(std::exception_ptr)> callback) const;
 
  private:
   std::shared_ptr<detail::OpState> state_;
@@ -86,7 +92,8 @@ class Communicator {
   // Point to point. Messages between a pair of ranks are matched in order; tags must agree.
   Work send(const void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
   Work recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
-  Work barrier();
+  // `timeout` > 0 replaces Options::timeout for this barrier (PyTorch's monitored_barrier).
+  Work barrier(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // Aborts the communicator: pending and future work fail with AbortedError, peers are told.
   void abort(const std::string& reason = "aborted by user");

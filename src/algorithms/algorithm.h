@@ -3,6 +3,7 @@
 // Algorithms never touch sockets, CUDA or memcpy directly.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct CollArgs {
   // alltoall(v): elements and displacements per peer (filled for alltoall too).
   std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
   bool uniform = true;  // alltoall with equal blocks: every rank knows every size
+  std::chrono::milliseconds timeout{0};  // > 0: replaces the communicator's timeout
 };
 
 struct Context {

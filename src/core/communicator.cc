@@ -35,6 +35,14 @@ bool Work::wait_for(std::chrono::milliseconds timeout) const {
 
 uint64_t Work::sequence() const { return state_ ? state_->seq : 0; }
 
+void Work::then(std::function<void(std::exception_ptr)> callback) const {
+  if (!state_) {
+    callback(nullptr);
+    return;
+  }
+  state_->on_complete(std::move(callback));
+}
+
 // --- Communicator ---
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options options)
@@ -192,9 +200,10 @@ Work Communicator::recv(void* buffer, size_t count, DataType type, int peer, uin
   return impl_->recv(buffer, count * dtype_size(type), peer, tag);
 }
 
-Work Communicator::barrier() {
+Work Communicator::barrier(std::chrono::milliseconds timeout) {
   CollArgs a;
   a.kind = CollKind::barrier;
+  a.timeout = timeout;
   return impl_->collective(std::move(a));
 }
 

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <map>
 
 #include "algorithms/registry.h"
 #include "core/config.h"
@@ -18,13 +17,12 @@ using algorithms::CollKind;
 
 namespace {
 
-// Each process numbers the communicators it makes per name; all ranks make them in the same
-// order, so the numbers agree and a reused store never hands out a stale key.
-std::string next_store_prefix(const std::string& name) {
-  static std::mutex mu;
-  static std::map<std::string, int> generation;
-  std::lock_guard<std::mutex> g(mu);
-  return "smddp/" + name + "/" + std::to_string(generation[name]++) + "/";
+// Each rank counts, in the store itself, the communicators it made there under this name. The
+// ranks of a group make theirs in the same order, so the counts agree and a reused store never
+// hands out a stale key; ranks outside the group (subgroups) do not disturb the count.
+std::string next_store_prefix(Store& store, const std::string& name, int rank) {
+  const int64_t generation = store.add("smddp/" + name + "/made_by/" + std::to_string(rank), 1) - 1;
+  return "smddp/" + name + "/" + std::to_string(generation) + "/";
 }
 
 shm::GroupConfig group_config(int size) {
@@ -47,7 +45,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   if (rank < 0 || rank >= size)
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
   if (options_.timeout.count() <= 0) throw InvalidArgument("smddp: timeout must be positive");
-  store_ = std::make_shared<PrefixStore>(next_store_prefix(options_.name), std::move(store));
+  store_ = std::make_shared<PrefixStore>(next_store_prefix(*store, options_.name, rank), std::move(store));
   algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
   overrides_ = algorithms::parse_overrides(options_.algorithms);
   shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(size), options_.timeout);
@@ -151,6 +149,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   if (failed_.load() || shm_->aborted())
     throw AbortedError("smddp: " + op.describe() + " not started: the communicator was aborted: " +
                        shm_->abort_reason());
+  if (args.timeout.count() > 0) op.timeout = args.timeout;
   op.deadline = Clock::now() + op.timeout;
   try {
     if (check_) verify_agreement(op, args);

@@ -9,12 +9,34 @@
 namespace smddp::detail {
 
 void OpState::complete(std::exception_ptr e) {
+  std::vector<std::function<void(std::exception_ptr)>> cbs;
   {
     std::lock_guard<std::mutex> g(mu);
     error = std::move(e);
+    completing = true;  // from here on, new callbacks wait for `done` and run on their own
+    cbs = std::move(callbacks);
+    callbacks.clear();
+  }
+  // Callbacks run before waiters wake: a waiter may rely on what they did (copies, futures).
+  for (auto& cb : cbs) cb(error);
+  {
+    std::lock_guard<std::mutex> g(mu);
     done.store(true, std::memory_order_release);
   }
   cv.notify_all();
+}
+
+void OpState::on_complete(std::function<void(std::exception_ptr)> cb) {
+  std::unique_lock<std::mutex> lk(mu);
+  if (!completing) {
+    callbacks.push_back(std::move(cb));
+    return;
+  }
+  // Finished or finishing: wait for the end (the error is final), then run it here.
+  cv.wait(lk, [&] { return done.load(std::memory_order_acquire); });
+  std::exception_ptr e = error;
+  lk.unlock();
+  cb(e);
 }
 
 }  // namespace smddp::detail

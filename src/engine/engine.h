@@ -26,8 +26,12 @@ struct OpState {
   std::mutex mu;
   std::condition_variable cv;
   std::exception_ptr error;
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;  // guarded by mu
+  bool completing = false;                                        // guarded by mu
 
   void complete(std::exception_ptr e);
+  // Runs cb when complete (now, if already).
+  void on_complete(std::function<void(std::exception_ptr)> cb);
 };
 
 }  // namespace smddp::detail

@@ -2,6 +2,7 @@
 // messages through the bounded FIFOs, and tag/size mismatches reported clearly.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <numeric>
 
 #include "collective/harness.h"
@@ -79,6 +80,49 @@ TEST(P2P, TagMismatchIsAClearError) {
     }
   });
   ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+}  // namespace
+}  // namespace smddp::testing
+
+namespace smddp::testing {
+namespace {
+
+// Work::then: callbacks run once, after the result is in place, on inline and engine paths, and
+// receive the error of a failed operation.
+TEST(WorkCallbacks, RunOnceWithResultOrError) {
+  for (const char* inl : {"1", "0"}) {
+    RunOptions ro;
+    ro.env = {{"SMDDP_INLINE", inl}};
+    auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+      Options o;
+      o.timeout = std::chrono::seconds(3);
+      Communicator c(store, rank, w, o);
+      std::atomic<int> calls{0};
+      float v = static_cast<float>(rank + 1), seen = -1;
+      Work wk = c.allreduce(&v, &v, 1, DataType::f32, ReduceOp::sum);
+      wk.then([&](std::exception_ptr e) {
+        if (e) rep.fail("allreduce callback got an error");
+        seen = v;
+        ++calls;
+      });
+      wk.wait();
+      wk.then([&](std::exception_ptr) { ++calls; });  // already done: runs at once
+      if (seen != 3.0f) rep.fail("callback saw " + std::to_string(seen) + " instead of the result 3");
+      if (calls != 2) rep.fail("callbacks ran " + std::to_string(calls.load()) + " times, expected 2");
+      // A failing operation: the peer never answers this recv.
+      std::exception_ptr got;
+      int32_t x = 0;
+      Work r = c.recv(&x, 1, DataType::i32, 1 - rank, 99);
+      r.then([&](std::exception_ptr e) { got = e; });
+      try {
+        r.wait();
+      } catch (const Error&) {
+      }
+      if (!got) rep.fail("failed recv's callback got no error");
+    }, ro);
+    ASSERT_TRUE(res.ok()) << "SMDDP_INLINE=" << inl << "\n" << res.summary();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,273 @@
+"""Collective sweep through torch.distributed for several backends in one invocation.
+
+    python3 benchmarks/torch_collectives.py --np 4 --backends smddp,gloo,mpi \
+        --ops allreduce,allgather,reduce_scatter --min 8 --max 64M --out build/bench
+
+Runs the same job once per backend with the same number of processes on this node (torchrun
+for smddp and gloo, mpirun for torch's mpi backend), checks every result (#wrong), and writes
+<out>/results.csv, <out>/results.md and one PNG per collective (busbw and latency vs size, log
+axes). `--memcpy` adds the single-core memcpy bandwidth over the same sizes (the ceiling of a
+shared-memory transport), measured by this script too. Sizes follow nccl-tests: bytes of the
+largest buffer; busbw uses nccl-tests' factors.
+"""
+import argparse
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+BUS = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+       "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0, "alltoall": lambda n: (n - 1) / n}
+
+
+def parse_size(s):
+    s = s.strip().upper()
+    mul = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
+    return int(float(s[:-1] if mul > 1 else s) * mul)
+
+
+def sizes(lo, hi, factor):
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s = max(s + 1, int(s * factor))
+    return out
+
+
+def iters_for(nbytes, base):
+    # Enough repetitions for a stable small-message time without spending minutes on 64 MiB.
+    return max(3, min(base, int(2e8 // max(nbytes, 1))))
+
+
+# ------------------------------------------------------------------------------------------------
+def worker(args):
+    import torch
+    import torch.distributed as dist
+
+    if args.backend == "smddp":
+        import smddp  # noqa: F401
+    dist.init_process_group(args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    results = []
+    for op in args.ops.split(","):
+        for nbytes in sizes(parse_size(args.min), parse_size(args.max), args.factor):
+            count = max(1, nbytes // 4)
+            if op in ("allgather", "reduce_scatter", "alltoall"):
+                count = max(1, count // world) * world  # whole blocks
+            blk = count // world if op in ("allgather", "reduce_scatter", "alltoall") else count
+            if op in ("allgather", "reduce_scatter", "alltoall") and blk == 0:
+                continue
+            x = (torch.arange(count, dtype=torch.float32) % 7) + rank
+            if op == "allreduce":
+                buf = x.clone()
+                run = lambda: dist.all_reduce(buf)  # noqa: E731
+                expect = lambda: (torch.arange(count, dtype=torch.float32) % 7) * world + world * (world - 1) / 2  # noqa
+                result = lambda: buf  # noqa: E731
+                reset = lambda: buf.copy_(x)  # noqa: E731
+            elif op == "allgather":
+                inp, out = x[:blk].clone(), torch.empty(blk * world)
+                run = lambda: dist.all_gather_into_tensor(out, inp)  # noqa: E731
+                expect = lambda: torch.cat([(torch.arange(blk, dtype=torch.float32) % 7) + r for r in range(world)])  # noqa
+                result = lambda: out  # noqa: E731
+                reset = lambda: None  # noqa: E731
+            elif op == "reduce_scatter":
+                out = torch.empty(blk)
+                run = lambda: dist.reduce_scatter_tensor(out, x)  # noqa: E731
+                expect = lambda: ((torch.arange(count, dtype=torch.float32) % 7) * world + world * (world - 1) / 2)[rank * blk:(rank + 1) * blk]  # noqa
+                result = lambda: out  # noqa: E731
+                reset = lambda: None  # noqa: E731
+            elif op == "broadcast":
+                buf = x.clone()
+                run = lambda: dist.broadcast(buf, src=0)  # noqa: E731
+                expect = lambda: (torch.arange(count, dtype=torch.float32) % 7)  # noqa: E731
+                result = lambda: buf  # noqa: E731
+                reset = lambda: buf.copy_(x)  # noqa: E731
+            else:  # alltoall
+                out = torch.empty(count)
+                run = lambda: dist.all_to_all_single(out, x)  # noqa: E731
+                expect = lambda: torch.cat([((torch.arange(count, dtype=torch.float32) % 7) + r)[rank * blk:(rank + 1) * blk] for r in range(world)])  # noqa
+                result = lambda: out  # noqa: E731
+                reset = lambda: None  # noqa: E731
+            try:
+                n = iters_for(count * 4, args.iters)
+                for _ in range(args.warmup):
+                    run()
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    run()
+                dt = (time.perf_counter() - t0) / n
+                reset()
+                run()
+                wrong = int((result() != expect()).sum().item())
+                t = torch.tensor([dt, float(wrong)], dtype=torch.float64)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                dt, wrong = t[0].item(), int(t[1].item())
+                err = ""
+            except RuntimeError as e:  # the backend lacks the collective (mpi: reduce_scatter)
+                dt, wrong, err = float("nan"), 0, str(e).splitlines()[0][:80]
+                dist.barrier()
+            if rank == 0:
+                algbw = count * 4 / dt / 1e9 if dt == dt else float("nan")
+                results.append({"backend": args.backend, "op": op, "world": world, "bytes": count * 4,
+                                "time_us": dt * 1e6, "algbw": algbw, "busbw": algbw * BUS[op](world),
+                                "wrong": wrong, "error": err})
+                print(f"\r  {args.backend:6} {op:15} {count * 4:>10} B  {dt * 1e6:>12.1f} us", end="", flush=True)
+    if rank == 0:
+        print(flush=True)
+        with open(args.out_json, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+def memcpy_rows(szs, iters):
+    import torch
+    rows = []
+    torch.set_num_threads(1)
+    for nbytes in szs:
+        a, b = torch.empty(max(1, nbytes // 4)), torch.empty(max(1, nbytes // 4))
+        n = iters_for(nbytes, iters)
+        for _ in range(3):
+            b.copy_(a)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            b.copy_(a)
+        dt = (time.perf_counter() - t0) / n
+        rows.append({"backend": "memcpy", "op": "limit", "world": 1, "bytes": a.numel() * 4, "time_us": dt * 1e6,
+                     "algbw": a.numel() * 4 / dt / 1e9, "busbw": a.numel() * 4 / dt / 1e9, "wrong": 0, "error": ""})
+    return rows
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def driver(args):
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    me = os.path.abspath(__file__)
+    common = ["--worker", "--ops", args.ops, "--min", args.min, "--max", args.max, "--factor", str(args.factor),
+              "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for backend in args.backends.split(","):
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+            out_json = tmp.name
+        if backend == "mpi":
+            env_mpi = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                           OMPI_MCA_rmaps_base_oversubscribe="1")
+            cmd = ["mpirun", "-np", str(args.np), "--bind-to", "none", sys.executable, me, "--backend", "mpi",
+                   "--out-json", out_json] + common
+            e = env_mpi
+        else:
+            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.np}",
+                   f"--master_port={free_port()}", me, "--backend", backend, "--out-json", out_json] + common
+            e = env
+        print(f"== {backend}: {' '.join(cmd[:6])} ...", flush=True)
+        p = subprocess.run(cmd, env=e, stderr=subprocess.PIPE, text=True)
+        if p.returncode != 0:
+            print(p.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"{backend} run failed")
+        with open(out_json) as f:
+            rows += json.load(f)
+        os.unlink(out_json)
+    if args.memcpy:
+        rows += memcpy_rows(sizes(parse_size(args.min), parse_size(args.max), args.factor), args.iters)
+    write_outputs(rows, args)
+    bad = [r for r in rows if r["wrong"]]
+    if bad:
+        raise SystemExit(f"{len(bad)} results had wrong elements: {bad[:3]}")
+
+
+def write_outputs(rows, args):
+    fields = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error"]
+    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    backends = [b for b in args.backends.split(",")]
+    lim = {r["bytes"]: r for r in rows if r["backend"] == "memcpy"}
+    lines = [f"# torch.distributed collectives, {args.np} processes on one node\n"]
+    for op in args.ops.split(","):
+        lines.append(f"\n## {op} (busbw GB/s, time µs)\n")
+        hdr = "| size (B) | " + " | ".join(f"{b} busbw | {b} µs" for b in backends)
+        hdr += " | smddp/gloo | smddp/mpi |" if "smddp" in backends else " |"
+        if lim:
+            hdr = hdr.rstrip(" |") + " | memcpy GB/s |"
+        lines.append(hdr)
+        lines.append("|" + "---|" * (hdr.count("|") - 1))
+        by = {(r["backend"], r["bytes"]): r for r in rows if r["op"] == op}
+        for nbytes in sorted({r["bytes"] for r in rows if r["op"] == op}):
+            cells = []
+            for b in backends:
+                r = by.get((b, nbytes))
+                cells += ["n/a", "n/a"] if not r or r["time_us"] != r["time_us"] else [f"{r['busbw']:.3f}", f"{r['time_us']:.1f}"]
+            row = f"| {nbytes} | " + " | ".join(cells)
+            if "smddp" in backends:
+                s = by.get(("smddp", nbytes))
+                for peer in ("gloo", "mpi"):
+                    o = by.get((peer, nbytes))
+                    ok = s and o and s["time_us"] == s["time_us"] and o["time_us"] == o["time_us"]
+                    row += f" | {o['time_us'] / s['time_us']:.2f}x" if ok else " | n/a"
+            if lim:
+                row += f" | {lim[nbytes]['algbw']:.2f}" if nbytes in lim else " | n/a"
+            lines.append(row + " |")
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plots", file=sys.stderr)
+        return
+    for op in args.ops.split(","):
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for b in backends + (["memcpy"] if lim else []):
+            rs = sorted((r for r in rows if r["backend"] == b and (r["op"] == op or b == "memcpy")
+                         and r["time_us"] == r["time_us"]), key=lambda r: r["bytes"])
+            if not rs:
+                continue
+            xs = [r["bytes"] for r in rs]
+            a1.plot(xs, [r["busbw"] for r in rs], marker="o", label=b, linestyle="--" if b == "memcpy" else "-")
+            if b != "memcpy":
+                a2.plot(xs, [r["time_us"] for r in rs], marker="o", label=b)
+        for a, t in ((a1, "bus bandwidth (GB/s)"), (a2, "time (µs)")):
+            a.set_xscale("log", base=2)
+            a.set_yscale("log")
+            a.set_xlabel("message size (bytes)")
+            a.set_ylabel(t)
+            a.grid(True, which="both", alpha=0.3)
+            a.legend()
+        fig.suptitle(f"{op}, {args.np} processes, one node")
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, f"{op}_np{args.np}.png"), dpi=110)
+        plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--backends", default="smddp,gloo,mpi")
+    ap.add_argument("--ops", default="allreduce,allgather,reduce_scatter")
+    ap.add_argument("--min", default="8")
+    ap.add_argument("--max", default="64M")
+    ap.add_argument("--factor", type=float, default=4)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--out", default="build/bench")
+    ap.add_argument("--memcpy", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--backend", help=argparse.SUPPRESS)
+    ap.add_argument("--out-json", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    worker(args) if args.worker else driver(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The demo (run by `make demo` inside the trixie devenv): the same 4-process DDP job with
+# backend "smddp" and with "gloo", then both throughputs side by side.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD/build/trixie/python${PYTHONPATH:+:$PYTHONPATH}
+export OMP_NUM_THREADS=1
+NPROC=${NPROC:-4}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for backend in smddp gloo; do
+  echo "=== torchrun --nproc_per_node=$NPROC examples/train_ddp.py --backend $backend"
+  torchrun --nproc_per_node="$NPROC" examples/train_ddp.py --backend "$backend" --json "$out/$backend.json" "$@" \
+    2> >(grep -v -E '^(W|\[W)[0-9]{4}|\*{10}|OMP_NUM_THREADS|^ *$' >&2)
+done
+python3 - "$out" <<'PY'
+import json, sys
+r = {b: json.load(open(f"{sys.argv[1]}/{b}.json")) for b in ("smddp", "gloo")}
+s, g = r["smddp"]["samples_per_s"], r["gloo"]["samples_per_s"]
+print()
+print(f"{'backend':<8} {'samples/s':>12}")
+print(f"{'smddp':<8} {s:>12,.0f}")
+print(f"{'gloo':<8} {g:>12,.0f}")
+print(f"smddp / gloo = {s / g:.2f}x  ({r['smddp']['world']} processes, same job, same machine)")
+PY

@@ -1,0 +1,220 @@
+// Construction, work bookkeeping, and the reductions (allreduce, reduce, reduce_scatter).
+#include "backend.h"
+
+#include "backend_internal.h"
+#include "store_adapter.h"
+#include "tensor_args.h"
+
+namespace smddp::torch_backend {
+
+ProcessGroupSmddp::ProcessGroupSmddp(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                                     std::chrono::milliseconds timeout)
+    : ::c10d::Backend(rank, size) {
+  smddp::Options o;
+  o.timeout = timeout;
+  o.name = "torch";
+  comm_ = std::make_unique<smddp::Communicator>(std::make_shared<C10dStore>(store), rank, size, o);
+}
+
+ProcessGroupSmddp::~ProcessGroupSmddp() = default;
+
+c10::intrusive_ptr<::c10d::Backend> ProcessGroupSmddp::create(const c10::intrusive_ptr<::c10d::Store>& store,
+                                                              int rank, int size,
+                                                              const std::chrono::duration<float>& timeout) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  if (ms.count() <= 0) ms = std::chrono::minutes(30);
+  return c10::make_intrusive<ProcessGroupSmddp>(store, rank, size, ms);
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::make_work(::c10d::OpType type, std::vector<smddp::Work> ops,
+                                                             std::vector<at::Tensor> outputs,
+                                                             std::function<void()> finalize,
+                                                             std::vector<at::Tensor> keep_alive) {
+  auto w = SmddpWork::start(getRank(), type, std::move(ops), std::move(outputs), std::move(finalize),
+                            std::move(keep_alive), ++seq_);
+  if (coalescing_) coalesced_.push_back(w);
+  return w;
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::finish(::c10d::OpType type, Pending p) {
+  auto fins = std::move(p.finalizers);
+  std::function<void()> finalize;
+  if (!fins.empty())
+    finalize = [fins = std::move(fins)] {
+      for (auto& f : fins) f();
+    };
+  return make_work(type, std::move(p.ops), std::move(p.outputs), std::move(finalize), std::move(p.keep_alive));
+}
+
+void ProcessGroupSmddp::startCoalescing() {
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::endCoalescing() {
+  coalescing_ = false;
+  auto works = std::move(coalesced_);
+  coalesced_.clear();
+  // One work that completes when every coalesced one has: wait on each in turn.
+  std::vector<at::Tensor> outputs;
+  for (auto& w : works)
+    for (auto& t : w->result()) outputs.push_back(t);
+  auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  if (works.empty()) {
+    fut->markCompleted(c10::IValue(outputs));
+    return ::c10d::Work::create_from_future(fut);
+  }
+  auto remaining = std::make_shared<std::atomic<size_t>>(works.size());
+  for (auto& w : works) {
+    w->getFuture()->addCallback([remaining, fut, outputs](c10::ivalue::Future& f) {
+      if (f.hasError()) {
+        if (!fut->completed()) fut->setErrorIfNeeded(f.exception_ptr());
+      } else if (remaining->fetch_sub(1) == 1 && !fut->completed()) {
+        fut->markCompleted(c10::IValue(outputs));
+      }
+    });
+  }
+  return ::c10d::Work::create_from_future(fut);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions
+
+Pending ProcessGroupSmddp::allreduce_one(const at::Tensor& t, const Reduction& red, const char* coll) {
+  check_tensor(t, coll, getRank());
+  Elems e = reduction_elems(t, red, coll);
+  Pending p;
+  Staged s = stage(t.is_complex() ? at::view_as_real(t) : t);
+  p.ops.push_back(comm_->allreduce(s.data(), s.data(), e.count, e.dtype, red));
+  p.outputs.push_back(t);
+  p.keep_alive.push_back(s.tensor);
+  if (s.copied) p.finalizers.push_back([s] { s.copy_back(); });
+  return p;
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce(std::vector<at::Tensor>& tensors,
+                                                             const ::c10d::AllreduceOptions& opts) {
+  return guarded("allreduce", [&] {
+    check_single(tensors, "allreduce", getRank());
+    return finish(::c10d::OpType::ALLREDUCE, allreduce_one(tensors[0], to_reduction(opts.reduceOp, "allreduce"),
+                                                           "allreduce"));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                       const ::c10d::AllreduceCoalescedOptions& opts) {
+  return guarded("allreduce_coalesced", [&] {
+    const Reduction red = to_reduction(opts.reduceOp, "allreduce_coalesced");
+    if (tensors.empty()) return finish(::c10d::OpType::ALLREDUCE_COALESCED, Pending{});
+    // Same dtype: one flat buffer, one allreduce. Mixed dtypes: one allreduce per tensor.
+    bool same = true;
+    for (auto& t : tensors) {
+      check_tensor(t, "allreduce_coalesced", getRank());
+      same = same && t.scalar_type() == tensors[0].scalar_type();
+    }
+    Pending all;
+    if (!same) {
+      for (auto& t : tensors) all.merge(allreduce_one(t, red, "allreduce_coalesced"));
+      return finish(::c10d::OpType::ALLREDUCE_COALESCED, std::move(all));
+    }
+    std::vector<at::Tensor> flat_parts;
+    for (auto& t : tensors) flat_parts.push_back(t.reshape({-1}));
+    at::Tensor flat = at::cat(flat_parts);
+    Pending p = allreduce_one(flat, red, "allreduce_coalesced");
+    p.outputs = tensors;
+    p.finalizers.push_back([flat, tensors] {
+      int64_t off = 0;
+      for (auto& t : tensors) {
+        t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+        off += t.numel();
+      }
+    });
+    return finish(::c10d::OpType::ALLREDUCE_COALESCED, std::move(p));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce(std::vector<at::Tensor>& tensors,
+                                                          const ::c10d::ReduceOptions& opts) {
+  return guarded("reduce", [&] {
+    check_single(tensors, "reduce", getRank());
+    const Reduction red = to_reduction(opts.reduceOp, "reduce");
+    const at::Tensor& t = tensors[0];
+    Elems e = reduction_elems(t, red, "reduce");
+    const int root = static_cast<int>(opts.rootRank);
+    Staged s = stage(t.is_complex() ? at::view_as_real(t) : t);
+    Pending p;
+    p.ops.push_back(comm_->reduce(s.data(), getRank() == root ? s.data() : nullptr, e.count, e.dtype, red, root));
+    p.outputs.push_back(t);
+    p.keep_alive.push_back(s.tensor);
+    if (s.copied && getRank() == root) p.finalizers.push_back([s] { s.copy_back(); });
+    return finish(::c10d::OpType::REDUCE, std::move(p));
+  });
+}
+
+Pending ProcessGroupSmddp::reduce_scatter_one(const at::Tensor& out, const at::Tensor& flat_in, const Reduction& red,
+                                              const char* coll) {
+  check_tensor(out, coll, getRank());
+  check_tensor(flat_in, coll, getRank());
+  check_same_type(out, flat_in, coll, getRank());
+  if (flat_in.numel() != out.numel() * getSize())
+    throw InvalidArgument("smddp: rank " + std::to_string(getRank()) + ": " + coll + ": input has " +
+                          std::to_string(flat_in.numel()) + " elements, expected output's " +
+                          std::to_string(out.numel()) + " x world size " + std::to_string(getSize()));
+  Elems e = reduction_elems(out, red, coll);
+  Staged in = stage(out.is_complex() ? at::view_as_real(flat_in) : flat_in);
+  Staged o = stage(out.is_complex() ? at::view_as_real(out) : out);
+  Pending p;
+  p.ops.push_back(comm_->reduce_scatter(in.data(), o.data(), e.count, e.dtype, red));
+  p.outputs.push_back(out);
+  p.keep_alive = {in.tensor, o.tensor};
+  if (o.copied) p.finalizers.push_back([o] { o.copy_back(); });
+  return p;
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                  std::vector<std::vector<at::Tensor>>& inputs,
+                                                                  const ::c10d::ReduceScatterOptions& opts) {
+  return guarded("reduce_scatter", [&] {
+    check_single(outputs, "reduce_scatter", getRank());
+    if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize())
+      throw InvalidArgument("smddp: rank " + std::to_string(getRank()) +
+                            ": reduce_scatter needs one list of world-size input tensors");
+    std::vector<at::Tensor> parts;
+    for (auto& t : inputs[0]) {
+      check_tensor(t, "reduce_scatter", getRank());
+      if (t.numel() != outputs[0].numel())
+        throw InvalidArgument("smddp: rank " + std::to_string(getRank()) +
+                              ": reduce_scatter: every input must have the output's size (" +
+                              std::to_string(outputs[0].numel()) + " elements), one has " +
+                              std::to_string(t.numel()));
+      parts.push_back(t.reshape({-1}));
+    }
+    return finish(::c10d::OpType::REDUCE_SCATTER,
+                  reduce_scatter_one(outputs[0], at::cat(parts), to_reduction(opts.reduceOp, "reduce_scatter"),
+                                     "reduce_scatter"));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                        const ::c10d::ReduceScatterOptions& opts) {
+  return guarded("reduce_scatter_tensor", [&] {
+    return finish(::c10d::OpType::_REDUCE_SCATTER_BASE,
+                  reduce_scatter_one(output, input, to_reduction(opts.reduceOp, "reduce_scatter_tensor"),
+                                     "reduce_scatter_tensor"));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const ::c10d::ReduceScatterOptions& opts) {
+  return guarded("reduce_scatter_tensor_coalesced", [&] {
+    if (outputs.size() != inputs.size())
+      throw InvalidArgument("smddp: reduce_scatter_tensor_coalesced: as many outputs as inputs needed");
+    const Reduction red = to_reduction(opts.reduceOp, "reduce_scatter_tensor_coalesced");
+    Pending all;
+    for (size_t i = 0; i < outputs.size(); ++i)
+      all.merge(reduce_scatter_one(outputs[i], inputs[i], red, "reduce_scatter_tensor_coalesced"));
+    return finish(::c10d::OpType::COALESCED, std::move(all));
+  });
+}
+
+}  // namespace smddp::torch_backend

@@ -1,0 +1,104 @@
+// ProcessGroupSmddp: the c10d::Backend behind `init_process_group(backend="smddp")`.
+// Every collective PyTorch can ask for maps to the smddp core; each call returns a SmddpWork
+// whose Future completes with the output tensors.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "backend_internal.h"
+#include "smddp/communicator.h"
+#include "smddp/errors.h"
+#include "work.h"
+
+namespace smddp::torch_backend {
+
+class ProcessGroupSmddp final : public ::c10d::Backend {
+ public:
+  ProcessGroupSmddp(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                    std::chrono::milliseconds timeout);
+  ~ProcessGroupSmddp() override;
+
+  // The creator registered with torch.distributed.Backend.register_backend.
+  static c10::intrusive_ptr<::c10d::Backend> create(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
+                                                    int size, const std::chrono::duration<float>& timeout);
+
+  const std::string getBackendName() const override { return "smddp"; }
+
+  c10::intrusive_ptr<::c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                             const ::c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                             const ::c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                       const ::c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce(std::vector<at::Tensor>& tensors, const ::c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                             std::vector<at::Tensor>& inputs,
+                                             const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                   const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                   std::vector<at::Tensor>& inputs,
+                                                                   const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                          std::vector<at::Tensor>& inputs, const ::c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                           const ::c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                  std::vector<std::vector<at::Tensor>>& inputs,
+                                                  const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                        const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                   std::vector<at::Tensor>& inputs,
+                                                                   const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                 std::vector<int64_t>& output_splits,
+                                                 std::vector<int64_t>& input_splits,
+                                                 const ::c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                            const ::c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
+  void monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<::c10d::Work> endCoalescing() override;
+
+ private:
+  // Wraps finished submissions into the Work PyTorch gets (and records it when coalescing).
+  c10::intrusive_ptr<::c10d::Work> make_work(::c10d::OpType type, std::vector<smddp::Work> ops,
+                                            std::vector<at::Tensor> outputs, std::function<void()> finalize,
+                                            std::vector<at::Tensor> keep_alive);
+  c10::intrusive_ptr<::c10d::Work> finish(::c10d::OpType type, Pending p);
+  // Runs `submit`, turning the core's exceptions into PyTorch errors (RuntimeError in Python).
+  template <class F>
+  c10::intrusive_ptr<::c10d::Work> guarded(const char* coll, F&& submit) {
+    try {
+      return submit();
+    } catch (const smddp::Error& e) {
+      TORCH_CHECK(false, e.what());
+    }
+  }
+  Pending allreduce_one(const at::Tensor& t, const Reduction& red, const char* coll);
+  Pending reduce_scatter_one(const at::Tensor& out, const at::Tensor& flat_in, const Reduction& red, const char* coll);
+  Pending allgather_one(const at::Tensor& out_flat, const at::Tensor& in, const char* coll);
+
+  std::unique_ptr<smddp::Communicator> comm_;
+  uint64_t seq_ = 0;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<::c10d::Work>> coalesced_;
+};
+
+}  // namespace smddp::torch_backend

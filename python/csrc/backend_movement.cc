@@ -1,0 +1,322 @@
+// Data-movement collectives: broadcast, allgather (all forms), gather, scatter, alltoall,
+// send/recv, barriers.
+#include "backend.h"
+#include "tensor_args.h"
+
+namespace smddp::torch_backend {
+
+namespace {
+std::string who(int rank) { return "smddp: rank " + std::to_string(rank) + ": "; }
+
+// Flattens tensors into one contiguous buffer (a copy), for list-of-tensors collectives.
+at::Tensor flatten(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> parts;
+  for (auto& t : ts) parts.push_back(t.reshape({-1}));
+  return at::cat(parts);
+}
+
+// Copies consecutive pieces of `flat` into `outs`.
+void unflatten_into(const at::Tensor& flat, const std::vector<at::Tensor>& outs) {
+  int64_t off = 0;
+  for (auto& t : outs) {
+    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+}
+}  // namespace
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::broadcast(std::vector<at::Tensor>& tensors,
+                                                             const ::c10d::BroadcastOptions& opts) {
+  return guarded("broadcast", [&] {
+    check_single(tensors, "broadcast", getRank());
+    const at::Tensor& t = tensors[0];
+    Elems e = movement_elems(t);
+    Staged s = stage(t);
+    Pending p;
+    p.ops.push_back(comm_->broadcast(s.data(), e.count, e.dtype, static_cast<int>(opts.rootRank)));
+    p.outputs.push_back(t);
+    p.keep_alive.push_back(s.tensor);
+    if (s.copied && getRank() != opts.rootRank) p.finalizers.push_back([s] { s.copy_back(); });
+    return finish(::c10d::OpType::BROADCAST, std::move(p));
+  });
+}
+
+Pending ProcessGroupSmddp::allgather_one(const at::Tensor& out_flat, const at::Tensor& in, const char* coll) {
+  check_tensor(in, coll, getRank());
+  check_tensor(out_flat, coll, getRank());
+  check_same_type(out_flat, in, coll, getRank());
+  if (out_flat.numel() != in.numel() * getSize())
+    throw InvalidArgument(who(getRank()) + coll + ": output has " + std::to_string(out_flat.numel()) +
+                          " elements, expected input's " + std::to_string(in.numel()) + " x world size " +
+                          std::to_string(getSize()));
+  Elems e = movement_elems(in);
+  Staged i = stage(in);
+  Staged o = stage(out_flat);
+  Pending p;
+  p.ops.push_back(comm_->allgather(i.data(), o.data(), e.count, e.dtype));
+  p.outputs.push_back(out_flat);
+  p.keep_alive = {i.tensor, o.tensor};
+  if (o.copied) p.finalizers.push_back([o] { o.copy_back(); });
+  return p;
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                             std::vector<at::Tensor>& inputs,
+                                                             const ::c10d::AllgatherOptions&) {
+  return guarded("allgather", [&] {
+    check_single(inputs, "allgather", getRank());
+    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize())
+      throw InvalidArgument(who(getRank()) + "allgather needs one list of world-size output tensors");
+    for (auto& t : outputs[0]) {
+      check_tensor(t, "allgather", getRank());
+      check_same_type(t, inputs[0], "allgather", getRank());
+      if (t.numel() != inputs[0].numel())
+        throw InvalidArgument(who(getRank()) + "allgather: every output must have the input's size (" +
+                              std::to_string(inputs[0].numel()) + " elements), one has " + std::to_string(t.numel()) +
+                              " (smddp gathers equal sizes)");
+    }
+    at::Tensor flat = at::empty({inputs[0].numel() * getSize()}, inputs[0].options());
+    Pending p = allgather_one(flat, inputs[0], "allgather");
+    std::vector<at::Tensor> outs = outputs[0];
+    p.outputs = outs;
+    p.finalizers.push_back([flat, outs] { unflatten_into(flat, outs); });
+    return finish(::c10d::OpType::ALLGATHER, std::move(p));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                   const ::c10d::AllgatherOptions&) {
+  return guarded("all_gather_into_tensor", [&] {
+    return finish(::c10d::OpType::_ALLGATHER_BASE, allgather_one(output, input, "all_gather_into_tensor"));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                       std::vector<at::Tensor>& inputs,
+                                                                       const ::c10d::AllgatherOptions& opts) {
+  return guarded("allgather_coalesced", [&] {
+    if (outputs.size() != inputs.size())
+      throw InvalidArgument(who(getRank()) + "allgather_coalesced: one output list per input needed");
+    Pending all;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      if (static_cast<int>(outputs[k].size()) != getSize())
+        throw InvalidArgument(who(getRank()) + "allgather_coalesced: each output list needs world-size tensors");
+      at::Tensor flat = at::empty({inputs[k].numel() * getSize()}, inputs[k].options());
+      Pending p = allgather_one(flat, inputs[k], "allgather_coalesced");
+      std::vector<at::Tensor> outs = outputs[k];
+      p.outputs = outs;
+      p.finalizers.push_back([flat, outs] { unflatten_into(flat, outs); });
+      all.merge(std::move(p));
+    }
+    return finish(::c10d::OpType::ALLGATHER_COALESCED, std::move(all));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                   std::vector<at::Tensor>& inputs,
+                                                                                   const ::c10d::AllgatherOptions&) {
+  return guarded("allgather_into_tensor_coalesced", [&] {
+    if (outputs.size() != inputs.size())
+      throw InvalidArgument(who(getRank()) + "allgather_into_tensor_coalesced: as many outputs as inputs needed");
+    Pending all;
+    for (size_t k = 0; k < inputs.size(); ++k)
+      all.merge(allgather_one(outputs[k], inputs[k], "allgather_into_tensor_coalesced"));
+    return finish(::c10d::OpType::COALESCED, std::move(all));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const ::c10d::GatherOptions& opts) {
+  return guarded("gather", [&] {
+    check_single(inputs, "gather", getRank());
+    const int root = static_cast<int>(opts.rootRank);
+    const at::Tensor& in = inputs[0];
+    Elems e = movement_elems(in);
+    Staged i = stage(in);
+    Pending p;
+    p.keep_alive.push_back(i.tensor);
+    if (getRank() == root) {
+      if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize())
+        throw InvalidArgument(who(getRank()) + "gather: the root needs one list of world-size output tensors");
+      for (auto& t : outputs[0]) {
+        check_tensor(t, "gather", getRank());
+        if (t.numel() != in.numel())
+          throw InvalidArgument(who(getRank()) + "gather: every output must have the input's size");
+      }
+      at::Tensor flat = at::empty({in.numel() * getSize()}, in.options());
+      p.ops.push_back(comm_->gather(i.data(), flat.data_ptr(), e.count, e.dtype, root));
+      std::vector<at::Tensor> outs = outputs[0];
+      p.outputs = outs;
+      p.keep_alive.push_back(flat);
+      p.finalizers.push_back([flat, outs] { unflatten_into(flat, outs); });
+    } else {
+      p.ops.push_back(comm_->gather(i.data(), nullptr, e.count, e.dtype, root));
+    }
+    return finish(::c10d::OpType::GATHER, std::move(p));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::scatter(std::vector<at::Tensor>& outputs,
+                                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                                           const ::c10d::ScatterOptions& opts) {
+  return guarded("scatter", [&] {
+    check_single(outputs, "scatter", getRank());
+    const int root = static_cast<int>(opts.rootRank);
+    const at::Tensor& out = outputs[0];
+    Elems e = movement_elems(out);
+    Staged o = stage(out);
+    Pending p;
+    p.outputs.push_back(out);
+    p.keep_alive.push_back(o.tensor);
+    if (getRank() == root) {
+      if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize())
+        throw InvalidArgument(who(getRank()) + "scatter: the root needs one list of world-size input tensors");
+      for (auto& t : inputs[0])
+        if (t.numel() != out.numel()) throw InvalidArgument(who(getRank()) + "scatter: every input must have the output's size");
+      at::Tensor flat = flatten(inputs[0]);
+      p.keep_alive.push_back(flat);
+      p.ops.push_back(comm_->scatter(flat.data_ptr(), o.data(), e.count, e.dtype, root));
+    } else {
+      p.ops.push_back(comm_->scatter(nullptr, o.data(), e.count, e.dtype, root));
+    }
+    if (o.copied) p.finalizers.push_back([o] { o.copy_back(); });
+    return finish(::c10d::OpType::SCATTER, std::move(p));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                 std::vector<int64_t>& output_splits,
+                                                                 std::vector<int64_t>& input_splits,
+                                                                 const ::c10d::AllToAllOptions&) {
+  return guarded("all_to_all_single", [&] {
+    check_tensor(input, "all_to_all_single", getRank());
+    check_tensor(output, "all_to_all_single", getRank());
+    check_same_type(output, input, "all_to_all_single", getRank());
+    const auto W = static_cast<size_t>(getSize());
+    Elems ein = movement_elems(input);
+    // Elements (in smddp's unit) per row of dim 0, and per tensor element (bytes for odd dtypes).
+    const size_t per_elem = input.numel() ? ein.count / static_cast<size_t>(input.numel()) : 1;
+    auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+      std::vector<size_t> c(W);
+      if (splits.empty()) {
+        if (t.numel() % getSize() != 0)
+          throw InvalidArgument(who(getRank()) + "all_to_all_single: " + which + " of " + std::to_string(t.numel()) +
+                                " elements does not split evenly over " + std::to_string(W) + " ranks");
+        std::fill(c.begin(), c.end(), static_cast<size_t>(t.numel()) / W * per_elem);
+        return c;
+      }
+      if (splits.size() != W) throw InvalidArgument(who(getRank()) + "all_to_all_single: splits need one entry per rank");
+      const size_t row = t.dim() > 0 && t.size(0) > 0 ? static_cast<size_t>(t.numel() / t.size(0)) : 0;
+      int64_t total = 0;
+      for (size_t j = 0; j < W; ++j) {
+        c[j] = static_cast<size_t>(splits[j]) * row * per_elem;
+        total += splits[j];
+      }
+      if (t.dim() == 0 || total != t.size(0))
+        throw InvalidArgument(who(getRank()) + "all_to_all_single: " + which + " splits add up to " +
+                              std::to_string(total) + " rows, tensor has " + std::to_string(t.dim() ? t.size(0) : 0));
+      return c;
+    };
+    std::vector<size_t> sc = counts(input, input_splits, "input"), rc = counts(output, output_splits, "output");
+    std::vector<size_t> sd(W), rd(W);
+    for (size_t j = 1; j < W; ++j) {
+      sd[j] = sd[j - 1] + sc[j - 1];
+      rd[j] = rd[j - 1] + rc[j - 1];
+    }
+    Staged i = stage(input), o = stage(output);
+    Pending p;
+    p.ops.push_back(comm_->alltoallv(i.data(), sc, sd, o.data(), rc, rd, ein.dtype));
+    p.outputs.push_back(output);
+    p.keep_alive = {i.tensor, o.tensor};
+    if (o.copied) p.finalizers.push_back([o] { o.copy_back(); });
+    return finish(::c10d::OpType::ALLTOALL_BASE, std::move(p));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall(std::vector<at::Tensor>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const ::c10d::AllToAllOptions&) {
+  return guarded("all_to_all", [&] {
+    const auto W = static_cast<size_t>(getSize());
+    if (outputs.size() != W || inputs.size() != W)
+      throw InvalidArgument(who(getRank()) + "all_to_all needs world-size input and output lists");
+    for (size_t j = 0; j < W; ++j) {
+      check_tensor(inputs[j], "all_to_all", getRank());
+      check_tensor(outputs[j], "all_to_all", getRank());
+      check_same_type(outputs[j], inputs[0], "all_to_all", getRank());
+      check_same_type(inputs[j], inputs[0], "all_to_all", getRank());
+    }
+    at::Tensor in = flatten(inputs);
+    at::Tensor out = at::empty({0}, inputs[0].options());
+    int64_t out_total = 0;
+    for (auto& t : outputs) out_total += t.numel();
+    out = at::empty({out_total}, inputs[0].options());
+    const size_t per_elem = movement_elems(inputs[0]).count / std::max<size_t>(1, static_cast<size_t>(inputs[0].numel()));
+    std::vector<size_t> sc(W), sd(W), rc(W), rd(W);
+    for (size_t j = 0; j < W; ++j) {
+      sc[j] = static_cast<size_t>(inputs[j].numel()) * std::max<size_t>(per_elem, 1);
+      rc[j] = static_cast<size_t>(outputs[j].numel()) * std::max<size_t>(per_elem, 1);
+      if (j) {
+        sd[j] = sd[j - 1] + sc[j - 1];
+        rd[j] = rd[j - 1] + rc[j - 1];
+      }
+    }
+    Pending p;
+    p.ops.push_back(comm_->alltoallv(in.data_ptr(), sc, sd, out.data_ptr(), rc, rd, movement_elems(in).dtype));
+    std::vector<at::Tensor> outs = outputs;
+    p.outputs = outs;
+    p.keep_alive = {in, out};
+    p.finalizers.push_back([out, outs] { unflatten_into(out, outs); });
+    return finish(::c10d::OpType::ALLTOALL, std::move(p));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  return guarded("send", [&] {
+    check_single(tensors, "send", getRank());
+    Elems e = movement_elems(tensors[0]);
+    Staged s = stage(tensors[0]);
+    Pending p;
+    p.ops.push_back(comm_->send(s.data(), e.count, e.dtype, dst, static_cast<uint32_t>(tag)));
+    p.keep_alive.push_back(s.tensor);
+    return finish(::c10d::OpType::SEND, std::move(p));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  return guarded("recv", [&] {
+    check_single(tensors, "recv", getRank());
+    Elems e = movement_elems(tensors[0]);
+    Staged s = stage(tensors[0]);
+    Pending p;
+    p.ops.push_back(comm_->recv(s.data(), e.count, e.dtype, src, static_cast<uint32_t>(tag)));
+    p.outputs.push_back(tensors[0]);
+    p.keep_alive.push_back(s.tensor);
+    if (s.copied) p.finalizers.push_back([s] { s.copy_back(); });
+    return finish(::c10d::OpType::RECV, std::move(p));
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recvAnysource(std::vector<at::Tensor>&, int) {
+  TORCH_CHECK(false, "smddp: recv without a source rank (recv from any source) is not supported; pass src=");
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::barrier(const ::c10d::BarrierOptions& opts) {
+  return guarded("barrier", [&] {
+    Pending p;
+    p.ops.push_back(comm_->barrier(opts.timeout.count() > 0 ? opts.timeout : std::chrono::milliseconds(0)));
+    return finish(::c10d::OpType::BARRIER, std::move(p));
+  });
+}
+
+void ProcessGroupSmddp::monitoredBarrier(const ::c10d::BarrierOptions& opts, bool) {
+  // Every rank waits for all others; a timeout names the ranks that did not arrive.
+  try {
+    comm_->barrier(opts.timeout.count() > 0 ? opts.timeout : std::chrono::milliseconds(0)).wait();
+  } catch (const smddp::Error& e) {
+    TORCH_CHECK(false, "smddp: monitored_barrier failed: ", e.what());
+  }
+}
+
+}  // namespace smddp::torch_backend

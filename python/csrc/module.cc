@@ -1,0 +1,28 @@
+// The smddp._C extension module: the backend creator and what `python -m smddp.info` shows.
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+#include <torch/python.h>
+
+#include "backend.h"
+#include "core/config.h"
+#include "reduce/reduce.h"
+#include "smddp/version.h"
+#include "torch_compat.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "smddp: topology-aware collectives for PyTorch (native part)";
+  m.attr("__version__") = smddp::version();
+  m.attr("torch_version_built") = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+  m.def("create_backend", &smddp::torch_backend::ProcessGroupSmddp::create, py::arg("store"), py::arg("rank"),
+        py::arg("size"), py::arg("timeout"), "Creates the smddp c10d backend (called by torch.distributed).");
+  m.def("build_info", &smddp::build_info);
+  m.def("reduce_isa", &smddp::reduce::isa, "The CPU reduction kernels in use (avx512, avx2, scalar).");
+  m.def("env_params", [] {
+    std::vector<std::tuple<std::string, std::string, std::string, std::string>> out;
+    for (const auto& p : smddp::config::params())
+      out.emplace_back(p.name, p.default_value, smddp::config::get_string(p.name), p.help);
+    return out;
+  }, "(name, default, effective value, meaning) of every SMDDP_* parameter.");
+}

@@ -1,0 +1,44 @@
+// Turning PyTorch tensors and options into what the smddp core takes: element type, count,
+// reduction, and contiguous buffers (with a copy back when the user's tensor is not contiguous).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <string>
+
+#include "smddp/types.h"
+
+namespace smddp::torch_backend {
+
+// A contiguous view smddp can work on: `tensor` is the user's tensor itself when it was
+// contiguous, else a contiguous copy that `copy_back()` writes into the user's tensor.
+struct Staged {
+  at::Tensor user;
+  at::Tensor tensor;
+  bool copied = false;
+  void* data() const { return tensor.data_ptr(); }
+  void copy_back() const {
+    if (copied) user.copy_(tensor);
+  }
+};
+Staged stage(const at::Tensor& t);
+
+// What a buffer is to smddp: element type and count. For data movement any dtype works (as bytes
+// when smddp has no such type); for reductions complex tensors reduce as (re, im) pairs, which is
+// right for sum/avg/premul_sum and rejected for the others.
+struct Elems {
+  DataType dtype;
+  size_t count;
+};
+Elems movement_elems(const at::Tensor& t);
+Elems reduction_elems(const at::Tensor& t, const Reduction& r, const char* op);
+
+Reduction to_reduction(const ::c10d::ReduceOp& op, const char* coll);
+
+// Rejects what this build cannot take (CUDA and sparse tensors), naming the collective.
+void check_tensor(const at::Tensor& t, const char* coll, int rank);
+void check_single(const std::vector<at::Tensor>& ts, const char* coll, int rank);
+void check_same_type(const at::Tensor& a, const at::Tensor& b, const char* coll, int rank);
+
+}  // namespace smddp::torch_backend

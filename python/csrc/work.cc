@@ -1,0 +1,58 @@
+#include "work.h"
+
+namespace smddp::torch_backend {
+
+SmddpWork::SmddpWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> finalize,
+                     std::vector<at::Tensor> keep_alive, uint64_t seq)
+    : ::c10d::Work(rank, type),
+      outputs_(std::move(outputs)),
+      finalize_(std::move(finalize)),
+      keep_alive_(std::move(keep_alive)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      seq_(seq) {}
+
+c10::intrusive_ptr<SmddpWork> SmddpWork::start(int rank, ::c10d::OpType type, std::vector<smddp::Work> ops,
+                                               std::vector<at::Tensor> outputs, std::function<void()> finalize,
+                                               std::vector<at::Tensor> keep_alive, uint64_t seq) {
+  auto w = c10::make_intrusive<SmddpWork>(rank, type, std::move(outputs), std::move(finalize), std::move(keep_alive),
+                                          seq);
+  if (ops.empty()) {
+    w->remaining_ = 1;
+    w->one_done(nullptr);
+    return w;
+  }
+  w->remaining_ = static_cast<int>(ops.size());
+  for (auto& op : ops) {
+    // The callback holds a reference: the work outlives its operations even if Python drops it.
+    c10::intrusive_ptr<SmddpWork> self = w;
+    op.then([self](std::exception_ptr e) { self->one_done(e); });
+  }
+  return w;
+}
+
+void SmddpWork::one_done(std::exception_ptr e) {
+  if (e) {
+    std::lock_guard<std::mutex> g(error_mu_);
+    if (!first_error_) first_error_ = e;
+  }
+  if (remaining_.fetch_sub(1) != 1) return;
+  std::exception_ptr err;
+  {
+    std::lock_guard<std::mutex> g(error_mu_);
+    err = first_error_;
+  }
+  if (!err && finalize_) {
+    try {
+      finalize_();
+    } catch (...) {
+      err = std::current_exception();
+    }
+  }
+  finalize_ = nullptr;
+  keep_alive_.clear();
+  finish(err);
+  if (err) future_->setError(err);
+  else future_->markCompleted(c10::IValue(outputs_));
+}
+
+}  // namespace smddp::torch_backend

@@ -1,0 +1,46 @@
+// c10d::Work for smddp: completes when every underlying smddp operation has completed and the
+// results were copied to where PyTorch expects them; its Future (getFuture, used by DDP's comm
+// hooks) then completes with the output tensors.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <functional>
+#include <vector>
+
+#include "smddp/communicator.h"
+
+namespace smddp::torch_backend {
+
+class SmddpWork final : public ::c10d::Work {
+ public:
+  // `finalize` runs once all `ops` succeeded (on the thread that completes the last one),
+  // before the work and its future complete: it copies staging buffers back into the user's
+  // tensors. `keep_alive` holds every tensor whose memory the operations use.
+  static c10::intrusive_ptr<SmddpWork> start(int rank, ::c10d::OpType type, std::vector<smddp::Work> ops,
+                                             std::vector<at::Tensor> outputs, std::function<void()> finalize,
+                                             std::vector<at::Tensor> keep_alive, uint64_t seq);
+
+  SmddpWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> finalize,
+            std::vector<at::Tensor> keep_alive, uint64_t seq);
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  uint64_t getSequencenumber() const override { return seq_; }
+
+ private:
+  void one_done(std::exception_ptr e);
+
+  std::vector<at::Tensor> outputs_;
+  std::function<void()> finalize_;
+  std::vector<at::Tensor> keep_alive_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<int> remaining_{0};
+  std::mutex error_mu_;
+  std::exception_ptr first_error_;
+  uint64_t seq_;
+};
+
+}  // namespace smddp::torch_backend

@@ -1,0 +1,1 @@
+"""Compatibility alias: scripts written for SageMaker's smdistributed.dataparallel run on smddp."""

@@ -1,0 +1,12 @@
+"""Every collective under smddp vs gloo in the same processes (workers/collectives_vs_gloo.py)."""
+import os
+
+import pytest
+
+from conftest import WORKERS, assert_all_ok, torchrun
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 3, 4])
+def test_every_collective_matches_gloo(smddp_built, nproc):
+    p = torchrun(os.path.join(WORKERS, "collectives_vs_gloo.py"), nproc, timeout=600)
+    assert_all_ok(p, nproc)

@@ -1,0 +1,36 @@
+"""The package: alias module, python -m smddp.info, errors and timeouts as Python exceptions."""
+import os
+import subprocess
+import sys
+
+from conftest import WORKERS, assert_all_ok, child_env, torchrun
+
+SCRIPT = os.path.join(WORKERS, "alias_and_errors.py")
+
+
+def test_sagemaker_alias_import(smddp_built):
+    assert_all_ok(torchrun(SCRIPT, 2, "alias"), 2)
+
+
+def test_bad_arguments_are_python_exceptions(smddp_built):
+    assert_all_ok(torchrun(SCRIPT, 2, "bad_args"), 2)
+
+
+def test_init_timeout_is_honoured_and_names_the_missing_rank(smddp_built):
+    p = torchrun(SCRIPT, 2, "timeout", timeout=120)
+    assert "rank 0 ALL OK" in p.stdout, (p.stdout + p.stderr)[-5000:]
+
+
+def test_info_reports_version_build_and_settings(smddp_built):
+    p = subprocess.run([sys.executable, "-m", "smddp.info"], capture_output=True, text=True, timeout=60,
+                       env=child_env({"SMDDP_DEBUG": "INFO"}))
+    assert p.returncode == 0, p.stderr
+    for needle in ("smddp 0.", "libfabric=", "reduce kernels", "registered as 'smddp': True", "SMDDP_DEBUG",
+                   "'INFO'   (from environment)", "providers:"):
+        assert needle in p.stdout, p.stdout
+
+
+def test_version_attribute(smddp_built):
+    p = subprocess.run([sys.executable, "-c", "import smddp; print(smddp.__version__)"], capture_output=True,
+                       text=True, timeout=60, env=child_env())
+    assert p.returncode == 0 and p.stdout.strip().count(".") == 2, p.stdout + p.stderr

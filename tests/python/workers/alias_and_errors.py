@@ -1,0 +1,56 @@
+"""The SageMaker alias import, the timeout of init_process_group, and errors as Python exceptions."""
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  (SageMaker's spelling)
+from common import checker
+
+check, done = checker()
+mode = sys.argv[1]
+dist.init_process_group(backend="smddp", timeout=datetime.timedelta(seconds=3))
+rank, world = dist.get_rank(), dist.get_world_size()
+
+if mode == "alias":
+    t = torch.ones(4) * (rank + 1)
+    dist.all_reduce(t)
+    check("alias import gives a working smddp backend", torch.equal(t, torch.ones(4) * world * (world + 1) / 2))
+    check("backend name", dist.get_backend() == "smddp", dist.get_backend())
+    dist.destroy_process_group()
+elif mode == "timeout":
+    # Rank 1 skips the collective: rank 0 must get an error naming it within ~the 3 s timeout.
+    if rank == 0:
+        t0 = time.time()
+        try:
+            dist.all_reduce(torch.ones(1))
+            check("missing rank raises", False, "all_reduce returned")
+        except RuntimeError as e:
+            took = time.time() - t0
+            check("missing rank raises within the timeout", took < 10, f"{took:.1f} s")
+            check("error names the collective and the missing rank", "allreduce" in str(e) and "[1]" in str(e), str(e))
+    else:
+        time.sleep(6)
+    sys.stdout.flush()
+    if rank == 0:
+        done()  # exits 1 on failure
+    os._exit(0)  # the communicator is aborted: leave without the (now failing) teardown
+elif mode == "bad_args":
+    try:
+        dist.all_gather([torch.empty(3), torch.empty(4)][:world], torch.ones(3))
+        check("mismatched allgather sizes raise", world == 1, "no exception")
+    except (RuntimeError, ValueError) as e:
+        check("mismatched allgather sizes raise a clear error", "size" in str(e), str(e))
+    try:
+        dist.broadcast(torch.ones(2), src=world + 3)
+        check("bad root raises", False, "no exception")
+    except (RuntimeError, ValueError) as e:
+        check("bad root raises", True)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    check("group still works after rejected calls", torch.equal(t, torch.ones(2) * world))
+    dist.destroy_process_group()
+done()
