@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "algorithms/registry.h"
+#include "reduce/element_io.h"
 #include "smddp/smddp.h"
 
 namespace {
@@ -134,8 +135,11 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
                 "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algorithm");
   }
   long total_wrong = 0;
+  // min, min*f, ... and always max itself (so a sweep "to 64M" ends at 64 MiB).
   for (size_t bytes = a.min_bytes; bytes <= a.max_bytes;
-       bytes = std::max(bytes + 1, static_cast<size_t>(static_cast<double>(bytes) * a.factor))) {
+       bytes = bytes == a.max_bytes ? a.max_bytes + 1
+                                    : std::min(a.max_bytes, std::max(bytes + 1, static_cast<size_t>(
+                                                                                    static_cast<double>(bytes) * a.factor)))) {
     Shape s = shape_of(a.coll, bytes, es, world);
     if (s.count == 0) continue;
     std::vector<uint64_t> in((s.in_elems * es + 7) / 8 + 1), out((s.out_elems * es + 7) / 8 + 1);
@@ -211,36 +215,8 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
   return total_wrong == 0 ? 0 : 1;
 }
 
-void put(void* p, size_t i, DataType t, double v) {
-  switch (t) {
-    case DataType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DataType::f64: static_cast<double*>(p)[i] = v; break;
-    case DataType::f16: { _Float16 h = static_cast<_Float16>(v); std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2); break; }
-    case DataType::bf16: { float f = static_cast<float>(v); uint32_t u; std::memcpy(&u, &f, 4);
-      uint16_t b = static_cast<uint16_t>(u >> 16); std::memcpy(static_cast<char*>(p) + 2 * i, &b, 2); break; }
-    case DataType::i8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case DataType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    case DataType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DataType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case DataType::boolean: static_cast<uint8_t*>(p)[i] = v != 0; break;
-  }
-}
-
-double get(const void* p, size_t i, DataType t) {
-  switch (t) {
-    case DataType::f32: return static_cast<const float*>(p)[i];
-    case DataType::f64: return static_cast<const double*>(p)[i];
-    case DataType::f16: { _Float16 h; std::memcpy(&h, static_cast<const char*>(p) + 2 * i, 2); return static_cast<double>(h); }
-    case DataType::bf16: { uint16_t b; std::memcpy(&b, static_cast<const char*>(p) + 2 * i, 2);
-      uint32_t u = static_cast<uint32_t>(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-    case DataType::i8: return static_cast<const int8_t*>(p)[i];
-    case DataType::u8: return static_cast<const uint8_t*>(p)[i];
-    case DataType::i32: return static_cast<const int32_t*>(p)[i];
-    case DataType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DataType::boolean: return static_cast<const uint8_t*>(p)[i];
-  }
-  return 0;
-}
+void put(void* p, size_t i, DataType t, double v) { reduce::store_element(p, i, t, v); }
+double get(const void* p, size_t i, DataType t) { return reduce::load_element(p, i, t); }
 
 int env_int(const char* a, const char* b, int def) {
   if (const char* v = std::getenv(a)) return std::atoi(v);

@@ -31,11 +31,12 @@ def parse_size(s):
 
 
 def sizes(lo, hi, factor):
+    """lo, lo*factor, ... and always hi itself (so "8 B to 64 MiB" ends at 64 MiB)."""
     out, s = [], lo
-    while s <= hi:
+    while s < hi:
         out.append(s)
         s = max(s + 1, int(s * factor))
-    return out
+    return out + [hi]
 
 
 def iters_for(nbytes, base):
@@ -54,6 +55,9 @@ def worker(args):
     rank, world = dist.get_rank(), dist.get_world_size()
     results = []
     for op in args.ops.split(","):
+        if op.endswith("_step"):
+            results += step_time(op, args, rank, world)
+            continue
         for nbytes in sizes(parse_size(args.min), parse_size(args.max), args.factor):
             count = max(1, nbytes // 4)
             if op in ("allgather", "reduce_scatter", "alltoall"):
@@ -70,7 +74,11 @@ def worker(args):
                 reset = lambda: buf.copy_(x)  # noqa: E731
             elif op == "allgather":
                 inp, out = x[:blk].clone(), torch.empty(blk * world)
-                run = lambda: dist.all_gather_into_tensor(out, inp)  # noqa: E731
+                if args.backend == "mpi":  # torch's mpi backend has only the list form
+                    outs = list(out.chunk(world))
+                    run = lambda: dist.all_gather(outs, inp)  # noqa: E731
+                else:
+                    run = lambda: dist.all_gather_into_tensor(out, inp)  # noqa: E731
                 expect = lambda: torch.cat([(torch.arange(blk, dtype=torch.float32) % 7) + r for r in range(world)])  # noqa
                 result = lambda: out  # noqa: E731
                 reset = lambda: None  # noqa: E731
@@ -124,6 +132,48 @@ def worker(args):
     dist.destroy_process_group()
 
 
+def step_time(op, args, rank, world):
+    """End to end: one training step (forward, backward with its gradient collectives, optimizer)
+    of a small MLP under DDP (ddp_step) or FSDP1 (fsdp_step); time is the mean over 20 steps."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    width = args.step_width
+    model = nn.Sequential(nn.Linear(256, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
+    params = sum(p.numel() for p in model.parameters())
+    try:
+        if op == "ddp_step":
+            model = torch.nn.parallel.DistributedDataParallel(model)
+        else:
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            model = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = torch.randn(32, 256), torch.randn(32, 10)
+
+        def step():
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        for _ in range(3):
+            step()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            step()
+        t = torch.tensor([(time.perf_counter() - t0) / 20], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dt, err = t.item(), ""
+    except (RuntimeError, ValueError, AttributeError) as e:  # e.g. FSDP over mpi: no reduce_scatter
+        dt, err = float("nan"), str(e).splitlines()[0][:80]
+    if rank == 0:
+        print(f"\r  {args.backend:6} {op:15} {params * 4:>10} B  {dt * 1e6:>12.1f} us", end="", flush=True)
+        return [{"backend": args.backend, "op": op, "world": world, "bytes": params * 4, "time_us": dt * 1e6,
+                 "algbw": float("nan"), "busbw": float("nan"), "wrong": 0, "error": err}]
+    return []
+
+
 def memcpy_rows(szs, iters):
     import torch
     rows = []
@@ -153,7 +203,7 @@ def driver(args):
     rows = []
     me = os.path.abspath(__file__)
     common = ["--worker", "--ops", args.ops, "--min", args.min, "--max", args.max, "--factor", str(args.factor),
-              "--iters", str(args.iters), "--warmup", str(args.warmup)]
+              "--iters", str(args.iters), "--warmup", str(args.warmup), "--step-width", str(args.step_width)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for backend in args.backends.split(","):
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
@@ -193,7 +243,20 @@ def write_outputs(rows, args):
     backends = [b for b in args.backends.split(",")]
     lim = {r["bytes"]: r for r in rows if r["backend"] == "memcpy"}
     lines = [f"# torch.distributed collectives, {args.np} processes on one node\n"]
-    for op in args.ops.split(","):
+    for op in [o for o in args.ops.split(",") if o.endswith("_step")]:
+        lines.append(f"\n## {op}: training step time (ms), MLP with {{}} B of gradients\n".replace(
+            "{}", str(next((r["bytes"] for r in rows if r["op"] == op), "?"))))
+        lines.append("| backend | step (ms) | vs smddp |")
+        lines.append("|---|---|---|")
+        st = {r["backend"]: r for r in rows if r["op"] == op}
+        for b in backends:
+            r = st.get(b)
+            ok = r and r["time_us"] == r["time_us"]
+            ratio = (f"{r['time_us'] / st['smddp']['time_us']:.2f}x" if ok and "smddp" in st
+                     and st["smddp"]["time_us"] == st["smddp"]["time_us"] else "n/a")
+            lines.append(f"| {b} | {r['time_us'] / 1e3:.2f} | {ratio} |" if ok else
+                         f"| {b} | n/a ({(r or {}).get('error', '')}) | n/a |")
+    for op in [o for o in args.ops.split(",") if not o.endswith("_step")]:
         lines.append(f"\n## {op} (busbw GB/s, time µs)\n")
         hdr = "| size (B) | " + " | ".join(f"{b} busbw | {b} µs" for b in backends)
         hdr += " | smddp/gloo | smddp/mpi |" if "smddp" in backends else " |"
@@ -226,7 +289,7 @@ def write_outputs(rows, args):
     except ImportError:
         print("matplotlib missing: no plots", file=sys.stderr)
         return
-    for op in args.ops.split(","):
+    for op in [o for o in args.ops.split(",") if not o.endswith("_step")]:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
         for b in backends + (["memcpy"] if lim else []):
             rs = sorted((r for r in rows if r["backend"] == b and (r["op"] == op or b == "memcpy")
@@ -258,10 +321,11 @@ def main():
     ap.add_argument("--min", default="8")
     ap.add_argument("--max", default="64M")
     ap.add_argument("--factor", type=float, default=4)
-    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--memcpy", action="store_true")
+    ap.add_argument("--step-width", type=int, default=1024, help="hidden width of the *_step model")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
     ap.add_argument("--out-json", help=argparse.SUPPRESS)

@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct Options {
   // Per-communicator algorithm choice, same syntax as SMDDP_ALGO ("allreduce:rs_ag,..."); takes
   // precedence over the environment. Empty: the selector decides.
   std::string algorithms;
+  // Run a collective on the calling thread when the engine is idle (no hand-off). Unset: the
+  // SMDDP_INLINE setting. The PyTorch backend turns it off by default: there the engine
+  // thread's wait overlaps with PyTorch's own per-call work, which measured faster.
+  std::optional<bool> inline_execution;
 };
 
 // Handle to one asynchronous operation.

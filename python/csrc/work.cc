@@ -8,8 +8,26 @@ SmddpWork::SmddpWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outp
       outputs_(std::move(outputs)),
       finalize_(std::move(finalize)),
       keep_alive_(std::move(keep_alive)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
       seq_(seq) {}
+
+namespace {
+const c10::TypePtr& tensor_list_type() {
+  static const c10::TypePtr t = c10::ListType::create(c10::TensorType::get());
+  return t;
+}
+}  // namespace
+
+c10::intrusive_ptr<c10::ivalue::Future> SmddpWork::getFuture() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!future_) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type());
+    if (done_) {
+      if (first_error_) future_->setError(first_error_);
+      else future_->markCompleted(c10::IValue(outputs_));
+    }
+  }
+  return future_;
+}
 
 c10::intrusive_ptr<SmddpWork> SmddpWork::start(int rank, ::c10d::OpType type, std::vector<smddp::Work> ops,
                                                std::vector<at::Tensor> outputs, std::function<void()> finalize,
@@ -32,13 +50,13 @@ c10::intrusive_ptr<SmddpWork> SmddpWork::start(int rank, ::c10d::OpType type, st
 
 void SmddpWork::one_done(std::exception_ptr e) {
   if (e) {
-    std::lock_guard<std::mutex> g(error_mu_);
+    std::lock_guard<std::mutex> g(mu_);
     if (!first_error_) first_error_ = e;
   }
   if (remaining_.fetch_sub(1) != 1) return;
   std::exception_ptr err;
   {
-    std::lock_guard<std::mutex> g(error_mu_);
+    std::lock_guard<std::mutex> g(mu_);
     err = first_error_;
   }
   if (!err && finalize_) {
@@ -50,9 +68,18 @@ void SmddpWork::one_done(std::exception_ptr e) {
   }
   finalize_ = nullptr;
   keep_alive_.clear();
+  c10::intrusive_ptr<c10::ivalue::Future> fut;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    first_error_ = err;
+    done_ = true;
+    fut = future_;
+  }
   finish(err);
-  if (err) future_->setError(err);
-  else future_->markCompleted(c10::IValue(outputs_));
+  if (fut) {
+    if (err) fut->setError(err);
+    else fut->markCompleted(c10::IValue(outputs_));
+  }
 }
 
 }  // namespace smddp::torch_backend

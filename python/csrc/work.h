@@ -27,7 +27,8 @@ class SmddpWork final : public ::c10d::Work {
             std::vector<at::Tensor> keep_alive, uint64_t seq);
 
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Made on first request (most callers only wait()), completed at once if the work is done.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override { return seq_; }
 
  private:
@@ -36,10 +37,11 @@ class SmddpWork final : public ::c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::function<void()> finalize_;
   std::vector<at::Tensor> keep_alive_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<int> remaining_{0};
-  std::mutex error_mu_;
+  std::mutex mu_;  // guards first_error_, future_, done_
   std::exception_ptr first_error_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool done_ = false;
   uint64_t seq_;
 };
 

@@ -49,7 +49,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
   overrides_ = algorithms::parse_overrides(options_.algorithms);
   shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(size), options_.timeout);
-  engine_ = std::make_unique<engine::Engine>(config::get_bool("SMDDP_INLINE"));
+  engine_ = std::make_unique<engine::Engine>(options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")));
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
                         << ", transport shm, reduce kernels " << reduce::isa();
 }
@@ -178,21 +178,24 @@ Work CommunicatorImpl::collective(CollArgs args) {
   return Work(state);
 }
 
-Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t tag) {
+template <class Machine>
+Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Machine> machine) {
   auto state = std::make_shared<OpState>();
   std::lock_guard<std::mutex> g(submit_mu_);
-  OpInfo op = make_op("send", peer);
+  OpInfo op = make_op(name, peer);
   state->seq = op.seq;
-  auto sm = std::make_shared<p2p::Send>(buf, bytes, peer, tag);
   engine::Task t;
   t.state = state;
   t.p2p = true;
-  t.poll = [this, op, sm]() mutable {
+  t.poll = [this, op, machine]() mutable {
     if (op.deadline == Clock::time_point{}) op.deadline = Clock::now() + op.timeout;
     try {
-      return sm->poll(*shm_, op);
-    } catch (...) {
-      fail(std::current_exception());
+      return machine->poll(*shm_, op);
+    } catch (const std::exception& e) {
+      // Any failure mid-message (a tag/size mismatch included) leaves the byte stream between
+      // the pair unreadable: the communicator cannot go on.
+      failed_.store(true);
+      shm_->abort(e.what());
       throw;
     }
   };
@@ -200,31 +203,12 @@ Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t ta
   return Work(state);
 }
 
+Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t tag) {
+  return submit_p2p("send", peer, std::make_shared<p2p::Send>(buf, bytes, peer, tag));
+}
+
 Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag) {
-  auto state = std::make_shared<OpState>();
-  std::lock_guard<std::mutex> g(submit_mu_);
-  OpInfo op = make_op("recv", peer);
-  state->seq = op.seq;
-  auto sm = std::make_shared<p2p::Recv>(buf, bytes, peer, tag);
-  engine::Task t;
-  t.state = state;
-  t.p2p = true;
-  t.poll = [this, op, sm]() mutable {
-    if (op.deadline == Clock::time_point{}) op.deadline = Clock::now() + op.timeout;
-    try {
-      return sm->poll(*shm_, op);
-    } catch (const InvalidArgument& e) {
-      // A tag/size mismatch leaves the stream between the pair unreadable: fatal here.
-      failed_.store(true);
-      shm_->abort(e.what());
-      throw;
-    } catch (...) {
-      fail(std::current_exception());
-      throw;
-    }
-  };
-  engine_->submit(std::move(t));
-  return Work(state);
+  return submit_p2p("recv", peer, std::make_shared<p2p::Recv>(buf, bytes, peer, tag));
 }
 
 void CommunicatorImpl::abort(const std::string& reason) {

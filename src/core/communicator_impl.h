@@ -36,6 +36,8 @@ class CommunicatorImpl {
 
  private:
   OpInfo make_op(const char* name, int peer = -1);
+  template <class Machine>
+  Work submit_p2p(const char* name, int peer, std::shared_ptr<Machine> machine);
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);
   void verify_agreement(const OpInfo& op, const algorithms::CollArgs& args);
   // On a failure that leaves ranks out of step: abort the group so every rank stops now.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "reduce/element_io.h"
 #include "reduce/half.h"
 #include "reduce/reduce.h"
 #include "smddp/errors.h"
@@ -70,33 +71,8 @@ double scalar_ref(const std::vector<std::vector<double>>& in, size_t i, ReduceOp
   return acc;  // avg's division is applied by the caller (float vs integer semantics)
 }
 
-void put(void* p, size_t i, DataType t, double v) {
-  switch (t) {
-    case DataType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DataType::f64: static_cast<double*>(p)[i] = v; break;
-    case DataType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v)); break;
-    case DataType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v)); break;
-    case DataType::i8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case DataType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    case DataType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DataType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case DataType::boolean: static_cast<uint8_t*>(p)[i] = v != 0; break;
-  }
-}
-double get(const void* p, size_t i, DataType t) {
-  switch (t) {
-    case DataType::f32: return static_cast<const float*>(p)[i];
-    case DataType::f64: return static_cast<const double*>(p)[i];
-    case DataType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DataType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DataType::i8: return static_cast<const int8_t*>(p)[i];
-    case DataType::u8: return static_cast<const uint8_t*>(p)[i];
-    case DataType::i32: return static_cast<const int32_t*>(p)[i];
-    case DataType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DataType::boolean: return static_cast<const uint8_t*>(p)[i];
-  }
-  return 0;
-}
+void put(void* p, size_t i, DataType t, double v) { store_element(p, i, t, v); }
+double get(const void* p, size_t i, DataType t) { return load_element(p, i, t); }
 
 struct Isa {
   const char* name;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Regenerates every table and plot of docs/performance.md (run as root on the host):
+#   benchmarks/run_all.sh [OUT]      (default OUT=docs/performance)
+# 1. smddp-perf (C++, no torch) at w=2 and w=4: allreduce, allgather, reduce_scatter
+# 2. torch.distributed sweep, smddp vs gloo vs mpi, w=2 and w=4, with the memcpy ceiling, plus
+#    DDP and FSDP training-step times
+# 3. the link ceiling: iperf3 between two namespace hosts, unshaped and capped at 10 Gbit/s
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-docs/performance}
+mkdir -p "$OUT"
+tools/host-deps
+cmake -S . -B build/host -G Ninja -DSMDDP_BUILD_BENCHMARKS=ON >/dev/null && cmake --build build/host --target smddp-perf >/dev/null
+tools/devenv create --suite trixie
+tools/devenv run -- bash -c "cmake -S . -B build/trixie -G Ninja -DSMDDP_BUILD_PYTHON=ON >/dev/null 2>&1 &&
+  cmake --build build/trixie --target smddp_C >/dev/null"
+
+{
+  echo "# smddp-perf (C++ API, no torch), $(date -u +%Y-%m-%d), $(nproc) cores"
+  for np in 2 4; do
+    for c in allreduce allgather reduce_scatter; do
+      echo; echo '```'
+      build/host/benchmarks/smddp-perf -np $np -c $c -b 8 -e 64M -f 4 -w 5 -n 50
+      echo '```'
+    done
+  done
+} >"$OUT/smddp-perf.md"
+echo "smddp-perf done"
+
+for np in 2 4; do
+  tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
+    --backends smddp,gloo,mpi --ops allreduce,allgather,reduce_scatter,ddp_step,fsdp_step --min 8 --max 64M \
+    --factor 4 --memcpy --out "$OUT/torch_np$np"
+done
+echo "torch sweeps done"
+
+{
+  echo "unshaped:      $(tools/netns iperf --seconds 5)"
+  echo "tc 10gbit cap: $(tools/netns iperf --seconds 5 --rate 10gbit)"
+} >"$OUT/iperf3.txt"
+cat "$OUT/iperf3.txt"
