@@ -15,7 +15,7 @@ bool Work::test() const { return !state_ || state_->done.load(std::memory_order_
 void Work::wait() const {
   if (!state_) return;
   // Short spin first: collectives that ran inline are already done, small ones finish quickly.
-  for (int i = 0; i < 2000 && !state_->done.load(std::memory_order_acquire); ++i) {
+  for (int i = 0; i < 200 && !state_->done.load(std::memory_order_acquire); ++i) {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif

@@ -233,19 +233,22 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
     if (ready()) return;
     cpu_relax();
   }
-  auto next_check = Clock::now();
-  int yields = 0;
+  const auto start = Clock::now();
+  auto next_check = start + std::chrono::milliseconds(10);  // liveness reads /proc: not on every wait
   int sleep_us = 2;
   while (!ready()) {
     throw_if_aborted(op);
-    if (yields < 64) {
-      ++yields;
+    auto now = Clock::now();
+    // Yield for the first couple of milliseconds: with more ranks than cores the rank we wait
+    // for needs this core, and yielding hands it over at once; sleeping would add the timer's
+    // granularity to every collective. Past that, the wait is long anyway: sleep, backing off.
+    if (now - start < std::chrono::milliseconds(2)) {
       ::sched_yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
       sleep_us = std::min(sleep_us * 2, 200);
+      now = Clock::now();
     }
-    auto now = Clock::now();
     if (now < next_check) continue;
     next_check = now + std::chrono::milliseconds(20);
     std::vector<int> late = missing();
