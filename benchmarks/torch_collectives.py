@@ -262,7 +262,7 @@ def write_outputs(rows, args):
         hdr = "| size (B) | " + " | ".join(f"{b} busbw | {b} µs" for b in backends)
         hdr += " | smddp/gloo | smddp/mpi |" if "smddp" in backends else " |"
         if lim:
-            hdr = hdr.rstrip(" |") + " | memcpy GB/s |"
+            hdr = hdr.rstrip(" |") + " | memcpy GB/s | smddp/limit |"
         lines.append(hdr)
         lines.append("|" + "---|" * (hdr.count("|") - 1))
         by = {(r["backend"], r["bytes"]): r for r in rows if r["op"] == op}
@@ -279,7 +279,10 @@ def write_outputs(rows, args):
                     ok = s and o and s["time_us"] == s["time_us"] and o["time_us"] == o["time_us"]
                     row += f" | {o['time_us'] / s['time_us']:.2f}x" if ok else " | n/a"
             if lim:
+                s_ok = "smddp" in backends and by.get(("smddp", nbytes)) and by[("smddp", nbytes)]["busbw"] == by[("smddp", nbytes)]["busbw"]
                 row += f" | {lim[nbytes]['algbw']:.2f}" if nbytes in lim else " | n/a"
+                row += (f" | {by[('smddp', nbytes)]['busbw'] / lim[nbytes]['algbw']:.2f}"
+                        if nbytes in lim and s_ok else " | n/a")
             lines.append(row + " |")
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -327,10 +330,18 @@ def main():
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--memcpy", action="store_true")
     ap.add_argument("--step-width", type=int, default=1024, help="hidden width of the *_step model")
+    ap.add_argument("--from-csv", action="store_true", help="rewrite the table and plots from <out>/results.csv")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
     ap.add_argument("--out-json", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.from_csv:
+        with open(os.path.join(args.out, "results.csv")) as f:
+            rows = [dict(r, world=int(r["world"]), bytes=int(r["bytes"]), time_us=float(r["time_us"]),
+                         algbw=float(r["algbw"]), busbw=float(r["busbw"]), wrong=int(r["wrong"]))
+                    for r in csv.DictReader(f)]
+        write_outputs(rows, args)
+        return
     worker(args) if args.worker else driver(args)
 
 
