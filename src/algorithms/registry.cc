@@ -9,6 +9,7 @@ namespace smddp::algorithms {
 
 void allreduce_one_shot(Context&, const CollArgs&);
 void allreduce_rs_ag(Context&, const CollArgs&);
+void allreduce_cma(Context&, const CollArgs&);
 void allgather_direct(Context&, const CollArgs&);
 void reduce_scatter_direct(Context&, const CollArgs&);
 void broadcast_direct(Context&, const CollArgs&);
@@ -37,6 +38,7 @@ const std::vector<Algorithm>& all() {
   static const std::vector<Algorithm> list = {
       {CollKind::allreduce, "one_shot", allreduce_one_shot},
       {CollKind::allreduce, "rs_ag", allreduce_rs_ag},
+      {CollKind::allreduce, "cma", allreduce_cma},
       {CollKind::allgather, "direct", allgather_direct},
       {CollKind::reduce_scatter, "direct", reduce_scatter_direct},
       {CollKind::broadcast, "direct", broadcast_direct},

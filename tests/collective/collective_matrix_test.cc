@@ -192,7 +192,7 @@ class CollectiveMatrix : public ::testing::TestWithParam<int> {};
 
 void run_matrix(int world, bool big) {
   auto result = run_ranks(world, [big](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    for (std::string algo : {"one_shot", "rs_ag"}) {
+    for (std::string algo : {"one_shot", "rs_ag", "cma"}) {
       Options o;
       o.algorithms = "allreduce:" + algo;
       o.timeout = std::chrono::seconds(120);
