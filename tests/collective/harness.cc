@@ -1,6 +1,8 @@
 #include "collective/harness.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,6 +72,13 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
     pid_t pid = fork();
     if (pid == 0) {
       for (const auto& [k, v] : opts.env) setenv(k.c_str(), v.c_str(), 1);
+      if (static_cast<size_t>(r) < opts.rank_env.size())
+        for (const auto& [k, v] : opts.rank_env[static_cast<size_t>(r)]) setenv(k.c_str(), v.c_str(), 1);
+      if (static_cast<size_t>(r) < opts.netns.size() && !opts.netns[static_cast<size_t>(r)].empty()) {
+        int fd = open(("/var/run/netns/" + opts.netns[static_cast<size_t>(r)]).c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(4);
+        close(fd);
+      }
       Report report;
       int code = 0;
       try {
@@ -134,6 +143,38 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   return result;
+}
+
+namespace {
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    if (pclose(p) != 0) return "";
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+const std::string kNetns = std::string(SMDDP_SOURCE_DIR) + "/tools/netns";
+}  // namespace
+
+NetnsHosts::NetnsHosts(int n, const std::string& rate) {
+  if (geteuid() != 0) { why_ = "needs root"; return; }
+  if (run_capture("command -v ip").empty()) { why_ = "needs iproute2"; return; }
+  id_ = run_capture(kNetns + " up " + std::to_string(n) + (rate.empty() ? "" : " --rate " + rate) + " 2>/dev/null");
+  if (id_.empty()) why_ = "tools/netns up failed (no network namespaces here?)";
+}
+
+NetnsHosts::~NetnsHosts() {
+  if (!id_.empty()) run_capture(kNetns + " down " + id_);
+}
+
+std::string NetnsHosts::addr(int host) const { return run_capture(kNetns + " addr " + id_ + " " + std::to_string(host)); }
+
+uint64_t NetnsHosts::bytes_sent(int host) const {
+  std::string v = run_capture(kNetns + " bytes " + id_ + " " + std::to_string(host));
+  return v.empty() ? 0 : std::stoull(v);
 }
 
 }  // namespace smddp::testing

@@ -30,6 +30,27 @@ class Report {
 struct RunOptions {
   std::chrono::seconds wall_limit{600};  // the whole run; children are killed past it
   std::vector<std::pair<std::string, std::string>> env;  // set in the children
+  // Per rank: the network namespace (a name under /var/run/netns) it runs in; empty: this one.
+  std::vector<std::string> netns;
+  // Per rank: extra environment (e.g. SMDDP_NODE_ID of the pretend host it runs on).
+  std::vector<std::vector<std::pair<std::string, std::string>>> rank_env;
+};
+
+// Pretend hosts for a test (tools/netns): network namespaces joined through a bridge. Removed
+// when the object goes, also when the test fails. available() is false (the test should skip)
+// without root or iproute2.
+class NetnsHosts {
+ public:
+  explicit NetnsHosts(int n, const std::string& rate = "");
+  ~NetnsHosts();
+  bool available() const { return !id_.empty(); }
+  std::string ns(int host) const { return "smddp-" + id_ + "-h" + std::to_string(host); }
+  std::string addr(int host) const;
+  uint64_t bytes_sent(int host) const;  // over the host's link, from the veth counter
+  const std::string& why_unavailable() const { return why_; }
+
+ private:
+  std::string id_, why_;
 };
 
 struct RankOutcome {

@@ -1,0 +1,304 @@
+#include "transport/ofi/endpoint.h"
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "core/config.h"
+#include "core/logging.h"
+#include "smddp/errors.h"
+#include "transport/ofi/fid.h"
+
+// libfabric 1.x and 2.x differ in a few spellings; they are settled here and nowhere else.
+#define SMDDP_FI_API FI_VERSION(1, 9)
+#ifdef FI_CONTEXT2
+#define SMDDP_FI_MODE (FI_CONTEXT | FI_CONTEXT2)
+#else
+#define SMDDP_FI_MODE FI_CONTEXT
+#endif
+
+namespace smddp::ofi {
+
+namespace {
+
+constexpr int kRankBits = 16, kChunkBits = 16;
+uint64_t make_tag(int sender, uint32_t tag, size_t chunk) {
+  return (static_cast<uint64_t>(sender) << 48) | (static_cast<uint64_t>(tag) << kChunkBits) | chunk;
+}
+
+std::string fi_error(const char* what, ssize_t rc) {
+  return std::string("smddp: libfabric ") + what + " failed: " + fi_strerror(static_cast<int>(-rc)) + " (" +
+         std::to_string(rc) + ")";
+}
+
+void check(const char* what, ssize_t rc) {
+  if (rc != 0) throw SystemError(fi_error(what, rc));
+}
+
+InfoOwner hints_for(const char* provider) {
+  InfoOwner hints(fi_allocinfo());
+  if (!hints.get()) throw SystemError("smddp: fi_allocinfo failed");
+  fi_info* h = hints.get();
+  h->ep_attr->type = FI_EP_RDM;
+  h->caps = FI_TAGGED;
+  h->mode = SMDDP_FI_MODE;
+  h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  h->domain_attr->threading = FI_THREAD_DOMAIN;
+  if (provider) h->fabric_attr->prov_name = strdup(provider);  // freed with the hints
+  return hints;
+}
+
+InfoOwner getinfo(const char* provider) {
+  InfoOwner hints = hints_for(provider);
+  InfoOwner info;
+  if (fi_getinfo(SMDDP_FI_API, nullptr, nullptr, 0, hints.get(), info.out()) != 0) return InfoOwner();
+  return info;
+}
+
+}  // namespace
+
+std::string runtime_version() {
+  uint32_t v = fi_version();
+  return std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
+}
+
+std::vector<std::string> rdm_providers() {
+  std::vector<std::string> out;
+  InfoOwner info = getinfo(nullptr);
+  for (fi_info* i = info.get(); i; i = i->next) {
+    std::string n = i->fabric_attr->prov_name;
+    bool seen = false;
+    for (auto& o : out) seen = seen || o == n;
+    if (!seen) out.push_back(n);
+  }
+  return out;
+}
+
+struct ChunkCtx {
+  fi_context2 ctx;  // first member: libfabric hands back &ctx as op_context
+  Endpoint::Request* req;
+};
+
+struct Endpoint::Request {
+  bool is_send = true;
+  int peer = -1;
+  const std::byte* sbuf = nullptr;
+  std::byte* rbuf = nullptr;
+  size_t bytes = 0;
+  uint64_t first_tag = 0;
+  size_t nchunks = 1, posted = 0, completed = 0, failed = 0;
+  std::vector<ChunkCtx> ctx;
+  FidOwner<fid_mr> mr;
+  void* desc = nullptr;
+  std::string error;
+  bool done() const { return completed == nchunks || !error.empty(); }
+};
+
+struct Endpoint::Impl {
+  int rank = 0, size = 0;
+  std::string provider;
+  InfoOwner info;
+  FidOwner<fid_fabric> fabric;
+  FidOwner<fid_domain> domain;
+  FidOwner<fid_cq> cq;
+  FidOwner<fid_av> av;
+  FidOwner<fid_ep> ep;
+  std::vector<fi_addr_t> addrs;
+  size_t max_msg = 0;
+  bool need_mr = false;
+  std::mutex mu;  // FI_THREAD_DOMAIN: one thread in the domain at a time
+  std::unordered_set<std::shared_ptr<Request>> inflight;
+
+  ~Impl() {
+    // Close in reverse order of opening (members are destroyed in reverse declaration order).
+    inflight.clear();
+  }
+
+  void post(const std::shared_ptr<Request>& r) {
+    while (r->posted < r->nchunks && r->error.empty()) {
+      const size_t i = r->posted;
+      const size_t off = i * max_msg;
+      const size_t len = std::min(max_msg, r->bytes - std::min(r->bytes, off));
+      ChunkCtx& c = r->ctx[i];
+      c.req = r.get();
+      const uint64_t tag = r->first_tag + i;
+      ssize_t rc = r->is_send
+                       ? fi_tsend(ep.get(), r->sbuf + off, len, r->desc, addrs[static_cast<size_t>(r->peer)], tag, &c.ctx)
+                       : fi_trecv(ep.get(), r->rbuf + off, len, r->desc, FI_ADDR_UNSPEC, tag, 0, &c.ctx);
+      if (rc == -FI_EAGAIN) {
+        progress();  // the provider wants its queue drained first
+        return;
+      }
+      if (rc != 0) {
+        r->error = fi_error(r->is_send ? "fi_tsend" : "fi_trecv", rc) + " (peer rank " + std::to_string(r->peer) + ")";
+        return;
+      }
+      ++r->posted;
+    }
+  }
+
+  void progress() {
+    fi_cq_tagged_entry e[16];
+    for (;;) {
+      ssize_t n = fi_cq_read(cq.get(), e, 16);
+      if (n == -FI_EAGAIN) return;
+      if (n == -FI_EAVAIL) {
+        fi_cq_err_entry err{};
+        if (fi_cq_readerr(cq.get(), &err, 0) < 0) return;
+        char prov[256] = {};
+        const char* ptext = fi_cq_strerror(cq.get(), err.prov_errno, err.err_data, prov, sizeof prov);
+        if (err.op_context) {
+          Request* r = reinterpret_cast<ChunkCtx*>(err.op_context)->req;
+          r->failed++;
+          r->error = std::string("smddp: libfabric ") + (r->is_send ? "send to" : "receive from") + " rank " +
+                     std::to_string(r->peer) + " failed: " + fi_strerror(err.err) + " (provider " + provider +
+                     ": " + (ptext ? ptext : "") + ")";
+        }
+        continue;
+      }
+      if (n < 0) throw SystemError(fi_error("fi_cq_read", n));
+      for (ssize_t k = 0; k < n; ++k) reinterpret_cast<ChunkCtx*>(e[k].op_context)->req->completed++;
+    }
+  }
+};
+
+Endpoint::Endpoint(Store& store, int rank, int size, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.rank = rank;
+  m.size = size;
+  if (size >= (1 << kRankBits)) throw InvalidArgument("smddp: the libfabric transport supports up to 65535 ranks");
+  std::vector<std::string> candidates;
+  std::string forced = config::get_string("SMDDP_OFI_PROVIDER");
+  if (forced.empty() && std::getenv("FI_PROVIDER")) forced = std::getenv("FI_PROVIDER");
+  if (!forced.empty()) candidates = {forced};
+  else candidates = {"efa", "tcp;ofi_rxm", "tcp", "sockets"};
+  for (const auto& c : candidates) {
+    m.info = getinfo(c.c_str());
+    if (m.info.get()) {
+      m.provider = c;
+      break;
+    }
+  }
+  if (!m.info.get())
+    throw SystemError("smddp: rank " + std::to_string(rank) + ": no libfabric provider offers reliable tagged "
+                      "messages (tried " + [&] {
+                        std::string s;
+                        for (auto& c : candidates) s += (s.empty() ? "" : ", ") + c;
+                        return s;
+                      }() + ")");
+  fi_info* info = m.info.get();
+  m.need_mr = (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+  m.max_msg = info->ep_attr->max_msg_size ? std::min<size_t>(info->ep_attr->max_msg_size, size_t{1} << 30) : size_t{1} << 30;
+  check("fi_fabric", fi_fabric(info->fabric_attr, m.fabric.out(), nullptr));
+  check("fi_domain", fi_domain(m.fabric.get(), info, m.domain.out(), nullptr));
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_TAGGED;
+  cq_attr.size = 4096;
+  check("fi_cq_open", fi_cq_open(m.domain.get(), &cq_attr, m.cq.out(), nullptr));
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_TABLE;
+  check("fi_av_open", fi_av_open(m.domain.get(), &av_attr, m.av.out(), nullptr));
+  check("fi_endpoint", fi_endpoint(m.domain.get(), info, m.ep.out(), nullptr));
+  check("fi_ep_bind(cq)", fi_ep_bind(m.ep.get(), &m.cq.get()->fid, FI_TRANSMIT | FI_RECV));
+  check("fi_ep_bind(av)", fi_ep_bind(m.ep.get(), &m.av.get()->fid, 0));
+  check("fi_enable", fi_enable(m.ep.get()));
+
+  std::vector<uint8_t> name(256);
+  size_t len = name.size();
+  check("fi_getname", fi_getname(&m.ep.get()->fid, name.data(), &len));
+  name.resize(len);
+  store.set("ofi/addr/" + std::to_string(rank), name);
+  m.addrs.resize(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    std::vector<uint8_t> peer = store.get("ofi/addr/" + std::to_string(r), timeout);
+    int n = fi_av_insert(m.av.get(), peer.data(), 1, &m.addrs[static_cast<size_t>(r)], 0, nullptr);
+    if (n != 1) throw SystemError("smddp: fi_av_insert of rank " + std::to_string(r) + "'s address failed");
+  }
+  SMDDP_LOG(INFO, rank) << "libfabric " << runtime_version() << ": provider " << m.provider << " ("
+                        << info->fabric_attr->name << ", domain " << info->domain_attr->name << "), max message "
+                        << m.max_msg << " B" << (m.need_mr ? ", local memory registration" : "");
+}
+
+Endpoint::~Endpoint() = default;
+
+const std::string& Endpoint::provider() const { return impl_->provider; }
+size_t Endpoint::max_message() const { return impl_->max_msg; }
+
+static std::shared_ptr<Endpoint::Request> make_request(Endpoint::Request proto, size_t max_msg) {
+  auto r = std::make_shared<Endpoint::Request>(std::move(proto));
+  r->nchunks = std::max<size_t>(1, (r->bytes + max_msg - 1) / max_msg);
+  if (r->nchunks >= (size_t{1} << kChunkBits)) throw InvalidArgument("smddp: message too large for the libfabric transport");
+  r->ctx.resize(r->nchunks);
+  return r;
+}
+
+Endpoint::Handle Endpoint::send(int peer, const void* buf, size_t bytes, uint32_t tag) {
+  Request proto;
+  proto.is_send = true;
+  proto.peer = peer;
+  proto.sbuf = static_cast<const std::byte*>(buf);
+  proto.bytes = bytes;
+  proto.first_tag = make_tag(impl_->rank, tag, 0);
+  auto r = make_request(std::move(proto), impl_->max_msg);
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (impl_->need_mr && bytes)
+    check("fi_mr_reg", fi_mr_reg(impl_->domain.get(), buf, bytes, FI_SEND, 0, 0, 0, r->mr.out(), nullptr));
+  if (r->mr.get()) r->desc = fi_mr_desc(r->mr.get());
+  impl_->inflight.insert(r);
+  impl_->post(r);
+  return r;
+}
+
+Endpoint::Handle Endpoint::recv(int peer, void* buf, size_t bytes, uint32_t tag) {
+  Request proto;
+  proto.is_send = false;
+  proto.peer = peer;
+  proto.rbuf = static_cast<std::byte*>(buf);
+  proto.bytes = bytes;
+  proto.first_tag = make_tag(peer, tag, 0);
+  auto r = make_request(std::move(proto), impl_->max_msg);
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (impl_->need_mr && bytes)
+    check("fi_mr_reg", fi_mr_reg(impl_->domain.get(), buf, bytes, FI_RECV, 0, 0, 0, r->mr.out(), nullptr));
+  if (r->mr.get()) r->desc = fi_mr_desc(r->mr.get());
+  impl_->inflight.insert(r);
+  impl_->post(r);
+  return r;
+}
+
+bool Endpoint::test(const Handle& h) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->progress();
+  for (auto it = impl_->inflight.begin(); it != impl_->inflight.end();) {
+    if ((*it)->posted < (*it)->nchunks && (*it)->error.empty()) impl_->post(*it);
+    // Forget a request only once libfabric holds none of its chunk contexts any more.
+    const auto& r = *it;
+    const bool quiet = r->completed + r->failed == r->posted && (r->posted == r->nchunks || !r->error.empty());
+    it = quiet ? impl_->inflight.erase(it) : std::next(it);
+  }
+  if (!h->error.empty()) throw SystemError(h->error);
+  return h->done();
+}
+
+void Endpoint::wait(const Handle& h, const OpInfo& op) {
+  int idle = 0;
+  while (!test(h)) {
+    if (Clock::now() >= op.deadline)
+      throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
+                             " ms waiting to " + (h->is_send ? "send to" : "receive from") + " rank " +
+                             std::to_string(h->peer) + " over libfabric (" + impl_->provider + ")",
+                         {h->peer});
+    if (++idle > 64) std::this_thread::yield();
+  }
+}
+
+}  // namespace smddp::ofi

@@ -1,0 +1,57 @@
+// The libfabric transport: one reliable-datagram endpoint (FI_EP_RDM) per rank, tagged messages.
+//
+// Provider choice: SMDDP_OFI_PROVIDER, else FI_PROVIDER, else the first of efa, tcp;ofi_rxm,
+// tcp, sockets that offers FI_EP_RDM with tagged messages. Addresses travel through the Store.
+// Never assumes order between messages (EFA's SRD delivers out of order): every message is
+// matched by its 64-bit tag, which carries the sender's rank, the caller's tag and a chunk
+// index (messages above the provider's max_msg_size are cut into chunks). Completion-queue
+// errors become SystemErrors with fi_strerror and the provider's own text; -FI_EAGAIN is met by
+// driving progress (reading the completion queue) and trying again.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/op_info.h"
+#include "smddp/store.h"
+
+namespace smddp::ofi {
+
+// The libfabric version this library runs with, e.g. "1.17.0".
+std::string runtime_version();
+// Providers offering FI_EP_RDM + FI_TAGGED here, in libfabric's order (for smddp.info, logs).
+std::vector<std::string> rdm_providers();
+
+class Endpoint {
+ public:
+  // Collective over all ranks: opens the provider, publishes this endpoint's address under
+  // "ofi/addr/<rank>", and inserts every rank's address into the address vector.
+  Endpoint(Store& store, int rank, int size, std::chrono::milliseconds timeout);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  const std::string& provider() const;
+  size_t max_message() const;
+
+  // A posted transfer; done() once all its chunks completed.
+  struct Request;
+  using Handle = std::shared_ptr<Request>;
+  // Post a send/receive of `bytes` to/from `peer` under `tag` (< 2^32). Buffers stay valid
+  // until the request is done.
+  Handle send(int peer, const void* buf, size_t bytes, uint32_t tag);
+  Handle recv(int peer, void* buf, size_t bytes, uint32_t tag);
+  // Reads completions; true once `h` is done. Throws SystemError on a completion error.
+  bool test(const Handle& h);
+  // Drives progress until `h` is done or op's deadline passes (TimeoutError naming the peer).
+  void wait(const Handle& h, const OpInfo& op);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace smddp::ofi
