@@ -9,6 +9,7 @@
 #include "core/logging.h"
 #include "core/p2p.h"
 #include "device/device.h"
+#include "topology/topology.h"
 
 namespace smddp::detail {
 
@@ -48,6 +49,12 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   store_ = std::make_shared<PrefixStore>(next_store_prefix(*store, options_.name, rank), std::move(store));
   algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
   overrides_ = algorithms::parse_overrides(options_.algorithms);
+  const auto topo = topology::discover(*store_, rank, size, options_.timeout);
+  SMDDP_LOG(INFO, rank) << "topology: " << topo.describe();
+  if (topo.num_nodes() > 1)
+    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": the ranks span " + topo.describe() +
+                          "; collectives between nodes need the libfabric transport, which is not wired into "
+                          "communicators yet (set SMDDP_NODE_ID equal on all ranks if they do share memory)");
   shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(size), options_.timeout);
   engine_ = std::make_unique<engine::Engine>(options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")));
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size

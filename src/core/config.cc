@@ -18,6 +18,7 @@ const std::vector<Param>& params() {
       {"SMDDP_ONE_SHOT_MAX", "32k", "Largest allreduce (bytes) sent by the one-shot algorithm when not forced."},
       {"SMDDP_INLINE", "1", "1: run a collective on the calling thread when the engine is idle (lower latency)."},
       {"SMDDP_REDUCE_ISA", "", "Force the CPU reduction kernels: avx512, avx2 or scalar (default: best the CPU has)."},
+      {"SMDDP_NODE_ID", "", "Overrides which node this rank is on (default: host name + kernel boot id); ranks with equal ids share memory."},
       {"SMDDP_OFI_PROVIDER", "", "libfabric provider for traffic between nodes (default: efa, then tcp;ofi_rxm, tcp, sockets; FI_PROVIDER also works)."},
       {"SMDDP_SPIN", "20000", "Polls of a shared flag before a waiting rank starts yielding the CPU."},
   };

@@ -1,0 +1,40 @@
+// Which ranks share a node. Every rank publishes a node key through the Store (SMDDP_NODE_ID if
+// set, for tests and containers; else hostname + kernel boot id, so two containers on one host
+// with different host names are still one node only if they say so) and reads everyone's.
+// Nodes are numbered in order of their lowest rank; a node's leader is its lowest rank.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "smddp/store.h"
+
+namespace smddp::topology {
+
+struct Topology {
+  int rank = 0;
+  int size = 1;
+  std::vector<int> node_of;                 // node index of every rank
+  std::vector<std::vector<int>> node_ranks; // ranks of every node, ascending
+  std::vector<std::string> node_keys;       // what identified each node
+
+  int node() const { return node_of[static_cast<size_t>(rank)]; }
+  int num_nodes() const { return static_cast<int>(node_ranks.size()); }
+  const std::vector<int>& local_ranks() const { return node_ranks[static_cast<size_t>(node())]; }
+  int local_size() const { return static_cast<int>(local_ranks().size()); }
+  int local_rank() const;
+  int leader() const { return local_ranks().front(); }
+  // The ranks with my local rank on every node (one per node that has that many ranks).
+  std::vector<int> peers_across_nodes() const;
+  // "2 nodes: node 0 (vm) ranks 0-1, node 1 (vm2) ranks 2-3" for the INFO log.
+  std::string describe() const;
+};
+
+// This process's node key (SMDDP_NODE_ID or hostname:boot-id).
+std::string local_node_key();
+
+// Collective over all ranks of the store's group.
+Topology discover(Store& store, int rank, int size, std::chrono::milliseconds timeout);
+
+}  // namespace smddp::topology
