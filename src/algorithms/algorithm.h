@@ -10,7 +10,12 @@
 #include "device/device.h"
 #include "engine/op_info.h"
 #include "smddp/types.h"
+#include "topology/topology.h"
 #include "transport/shm/shm_group.h"
+
+namespace smddp::ofi {
+class Endpoint;
+}
 
 namespace smddp::algorithms {
 
@@ -35,19 +40,25 @@ struct CollArgs {
 };
 
 struct Context {
-  shm::Group& shm;
+  shm::Group& shm;  // the ranks of this node; rank()/size() are this node's local rank and size
   device::Device& dev;
   const OpInfo& op;
+  const topology::Topology* topo = nullptr;  // set when the communicator spans several nodes
+  ofi::Endpoint* net = nullptr;              // likewise: every rank, over libfabric
   int rank() const { return shm.rank(); }
   int size() const { return shm.size(); }
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);
 
+// Where an algorithm works: inside one node (shared memory only) or across nodes.
+enum class Scope { node, nodes };
+
 struct Algorithm {
   CollKind kind;
   const char* name;
   AlgoFn run;
+  Scope scope = Scope::node;
 };
 
 // --- helpers shared by several algorithms ---

@@ -18,6 +18,18 @@ void gather_direct(Context&, const CollArgs&);
 void scatter_direct(Context&, const CollArgs&);
 void alltoall_direct(Context&, const CollArgs&);
 void barrier_flags(Context&, const CollArgs&);
+#ifdef SMDDP_HAVE_LIBFABRIC
+void allreduce_hier(Context&, const CollArgs&);
+void allreduce_net_direct(Context&, const CollArgs&);
+void allgather_net_direct(Context&, const CollArgs&);
+void reduce_scatter_net_direct(Context&, const CollArgs&);
+void broadcast_net_direct(Context&, const CollArgs&);
+void reduce_net_direct(Context&, const CollArgs&);
+void gather_net_direct(Context&, const CollArgs&);
+void scatter_net_direct(Context&, const CollArgs&);
+void alltoall_net_direct(Context&, const CollArgs&);
+void barrier_net_direct(Context&, const CollArgs&);
+#endif
 
 const char* to_string(CollKind k) {
   switch (k) {
@@ -47,6 +59,19 @@ const std::vector<Algorithm>& all() {
       {CollKind::scatter, "direct", scatter_direct},
       {CollKind::alltoall, "direct", alltoall_direct},
       {CollKind::barrier, "flags", barrier_flags},
+#ifdef SMDDP_HAVE_LIBFABRIC
+      // Across nodes (libfabric between them, shared memory inside):
+      {CollKind::allreduce, "hier", allreduce_hier, Scope::nodes},
+      {CollKind::allreduce, "net_direct", allreduce_net_direct, Scope::nodes},
+      {CollKind::allgather, "net_direct", allgather_net_direct, Scope::nodes},
+      {CollKind::reduce_scatter, "net_direct", reduce_scatter_net_direct, Scope::nodes},
+      {CollKind::broadcast, "net_direct", broadcast_net_direct, Scope::nodes},
+      {CollKind::reduce, "net_direct", reduce_net_direct, Scope::nodes},
+      {CollKind::gather, "net_direct", gather_net_direct, Scope::nodes},
+      {CollKind::scatter, "net_direct", scatter_net_direct, Scope::nodes},
+      {CollKind::alltoall, "net_direct", alltoall_net_direct, Scope::nodes},
+      {CollKind::barrier, "net_direct", barrier_net_direct, Scope::nodes},
+#endif
   };
   return list;
 }
@@ -89,11 +114,20 @@ const std::vector<const Algorithm*>& env_overrides() {
   return list;
 }
 
-const Algorithm& select(CollKind kind, size_t bytes, int world_size, const std::vector<const Algorithm*>& overrides) {
+const Algorithm& select(CollKind kind, size_t bytes, int world_size, const std::vector<const Algorithm*>& overrides,
+                        const topology::Topology* topo) {
+  const Scope scope = topo && topo->num_nodes() > 1 ? Scope::nodes : Scope::node;
   for (const Algorithm* a : overrides)
-    if (a->kind == kind) return *a;
+    if (a->kind == kind && a->scope == scope) return *a;
   for (const Algorithm* a : env_overrides())
-    if (a->kind == kind) return *a;
+    if (a->kind == kind && a->scope == scope) return *a;
+  if (scope == Scope::nodes) {
+    // The hierarchical allreduce needs the same number of ranks on every node.
+    bool even = true;
+    for (const auto& n : topo->node_ranks) even = even && n.size() == topo->node_ranks[0].size();
+    if (kind == CollKind::allreduce && even) return find(kind, "hier");
+    return find(kind, "net_direct");
+  }
   if (kind == CollKind::allreduce) {
     // One round trip through shared memory wins while every rank reducing every input is cheaper
     // than a second synchronisation (docs/algorithms.md has the measurements behind the limit).

@@ -17,8 +17,11 @@ const Algorithm& find(CollKind kind, const std::string& name);
 std::vector<const Algorithm*> parse_overrides(const std::string& spec);
 // The parsed SMDDP_ALGO overrides (validated on first use).
 const std::vector<const Algorithm*>& env_overrides();
-// `overrides` first, then SMDDP_ALGO, then the size/topology rules.
+// `overrides` first, then SMDDP_ALGO, then the size/topology rules. `topo` is null inside one
+// node; across nodes only algorithms of Scope::nodes qualify (an override that does not fit
+// the topology is ignored there).
 const Algorithm& select(CollKind kind, size_t bytes, int world_size,
-                        const std::vector<const Algorithm*>& overrides = {});
+                        const std::vector<const Algorithm*>& overrides = {},
+                        const topology::Topology* topo = nullptr);
 
 }  // namespace smddp::algorithms

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "algorithms/registry.h"
@@ -10,6 +11,9 @@
 #include "core/p2p.h"
 #include "device/device.h"
 #include "topology/topology.h"
+#ifdef SMDDP_HAVE_LIBFABRIC
+#include "transport/ofi/endpoint.h"
+#endif
 
 namespace smddp::detail {
 
@@ -49,13 +53,23 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   store_ = std::make_shared<PrefixStore>(next_store_prefix(*store, options_.name, rank), std::move(store));
   algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
   overrides_ = algorithms::parse_overrides(options_.algorithms);
-  const auto topo = topology::discover(*store_, rank, size, options_.timeout);
-  SMDDP_LOG(INFO, rank) << "topology: " << topo.describe();
-  if (topo.num_nodes() > 1)
-    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": the ranks span " + topo.describe() +
-                          "; collectives between nodes need the libfabric transport, which is not wired into "
-                          "communicators yet (set SMDDP_NODE_ID equal on all ranks if they do share memory)");
-  shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(size), options_.timeout);
+  topo_ = topology::discover(*store_, rank, size, options_.timeout);
+  multi_node_ = topo_.num_nodes() > 1;
+  SMDDP_LOG(INFO, rank) << "topology: " << topo_.describe();
+  if (multi_node_) {
+#ifdef SMDDP_HAVE_LIBFABRIC
+    // Shared memory among this node's ranks (keys of their own), libfabric among all ranks.
+    PrefixStore node_store("node" + std::to_string(topo_.node()) + "/", store_);
+    shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
+                                        group_config(topo_.local_size()), options_.timeout);
+    net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, options_.timeout);
+#else
+    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": the ranks span " + topo_.describe() +
+                          ", but this build has no libfabric transport (SMDDP_WITH_LIBFABRIC=OFF)");
+#endif
+  } else {
+    shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(size), options_.timeout);
+  }
   engine_ = std::make_unique<engine::Engine>(options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")));
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
                         << ", transport shm, reduce kernels " << reduce::isa();
@@ -162,10 +176,11 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     if (check_) verify_agreement(op, args);
     const size_t blocks = args.kind == CollKind::reduce_scatter ? static_cast<size_t>(size_) : 1;
     if (args.kind != CollKind::barrier && args.uniform && args.count == 0) return;
-    const auto& algo = algorithms::select(args.kind, args.count * blocks * dtype_size(args.dtype), size_, overrides_);
+    const auto& algo = algorithms::select(args.kind, args.count * blocks * dtype_size(args.dtype), size_, overrides_,
+                                          multi_node_ ? &topo_ : nullptr);
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo.name
                             << " count " << args.count << ' ' << to_string(args.dtype);
-    algorithms::Context ctx{*shm_, device::host(), op};
+    algorithms::Context ctx{*shm_, device::host(), op, multi_node_ ? &topo_ : nullptr, net_.get()};
     algo.run(ctx, args);
   } catch (...) {
     fail(std::current_exception());
@@ -210,12 +225,54 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Ma
   return Work(state);
 }
 
+int CommunicatorImpl::local_index(int global_rank) const {
+  if (!multi_node_) return global_rank;
+  const auto& l = topo_.local_ranks();
+  auto it = std::find(l.begin(), l.end(), global_rank);
+  return it == l.end() ? -1 : static_cast<int>(it - l.begin());
+}
+
+#ifdef SMDDP_HAVE_LIBFABRIC
+namespace {
+// A point-to-point message to or from another node: one tagged libfabric transfer.
+class NetTransfer {
+ public:
+  NetTransfer(ofi::Endpoint& ep, bool is_send, void* buf, size_t bytes, int peer, uint32_t tag)
+      : ep_(ep), is_send_(is_send), buf_(buf), bytes_(bytes), peer_(peer), tag_(tag & 0x7FFFFFFFu) {}
+  bool poll(shm::Group& g, const OpInfo& op) {
+    if (!h_) h_ = is_send_ ? ep_.send(peer_, buf_, bytes_, tag_) : ep_.recv(peer_, buf_, bytes_, tag_);
+    if (ep_.test(h_)) return true;
+    g.check_progress(-1, op, is_send_ ? "receive" : "send");
+    return false;
+  }
+
+ private:
+  ofi::Endpoint& ep_;
+  bool is_send_;
+  void* buf_;
+  size_t bytes_;
+  int peer_;
+  uint32_t tag_;
+  ofi::Endpoint::Handle h_;
+};
+}  // namespace
+#endif
+
 Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t tag) {
-  return submit_p2p("send", peer, std::make_shared<p2p::Send>(buf, bytes, peer, tag));
+  const int local = local_index(peer);
+#ifdef SMDDP_HAVE_LIBFABRIC
+  if (local < 0)
+    return submit_p2p("send", peer, std::make_shared<NetTransfer>(*net_, true, const_cast<void*>(buf), bytes, peer, tag));
+#endif
+  return submit_p2p("send", peer, std::make_shared<p2p::Send>(buf, bytes, local, tag));
 }
 
 Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag) {
-  return submit_p2p("recv", peer, std::make_shared<p2p::Recv>(buf, bytes, peer, tag));
+  const int local = local_index(peer);
+#ifdef SMDDP_HAVE_LIBFABRIC
+  if (local < 0) return submit_p2p("recv", peer, std::make_shared<NetTransfer>(*net_, false, buf, bytes, peer, tag));
+#endif
+  return submit_p2p("recv", peer, std::make_shared<p2p::Recv>(buf, bytes, local, tag));
 }
 
 void CommunicatorImpl::abort(const std::string& reason) {

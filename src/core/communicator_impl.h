@@ -10,7 +10,12 @@
 #include "algorithms/algorithm.h"
 #include "engine/engine.h"
 #include "smddp/communicator.h"
+#include "topology/topology.h"
 #include "transport/shm/shm_group.h"
+
+namespace smddp::ofi {
+class Endpoint;
+}
 
 namespace smddp::detail {
 
@@ -38,6 +43,8 @@ class CommunicatorImpl {
   OpInfo make_op(const char* name, int peer = -1);
   template <class Machine>
   Work submit_p2p(const char* name, int peer, std::shared_ptr<Machine> machine);
+  // Index of a global rank within this node's shm group, or -1 when it is on another node.
+  int local_index(int global_rank) const;
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);
   void verify_agreement(const OpInfo& op, const algorithms::CollArgs& args);
   // On a failure that leaves ranks out of step: abort the group so every rank stops now.
@@ -50,7 +57,10 @@ class CommunicatorImpl {
   Options options_;
   bool check_;
   std::vector<const algorithms::Algorithm*> overrides_;
-  std::unique_ptr<shm::Group> shm_;
+  topology::Topology topo_;
+  bool multi_node_ = false;
+  std::unique_ptr<shm::Group> shm_;         // the ranks of this node
+  std::unique_ptr<ofi::Endpoint> net_;      // every rank, when they span nodes
   std::mutex submit_mu_;  // issue order = sequence order
   uint64_t seq_ = 0;
   std::atomic<bool> failed_{false};

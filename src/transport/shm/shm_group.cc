@@ -333,14 +333,14 @@ void Group::check_progress(int peer, const OpInfo& op, const char* waiting_for) 
   if (now < next_liveness_check_) return;
   next_liveness_check_ = now + std::chrono::milliseconds(20);
   std::string why;
-  if (lost_rank({peer}, &why) >= 0)
+  if (peer >= 0 && lost_rank({peer}, &why) >= 0)
     throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(peer) + " " + why +
                         " while this rank waited for it to " + waiting_for,
                     peer);
   if (now >= op.deadline)
     throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
-                           " ms: rank " + std::to_string(peer) + " did not " + waiting_for,
-                       {peer});
+                           " ms: rank " + std::to_string(peer >= 0 ? peer : op.peer) + " did not " + waiting_for,
+                       {peer >= 0 ? peer : op.peer});
 }
 
 }  // namespace smddp::shm
