@@ -21,6 +21,8 @@ class Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // Waits until every key exists; TimeoutError naming the missing keys otherwise.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  // Whether the key exists, without waiting.
+  virtual bool check(const std::string& key) = 0;
 };
 
 // Store kept as files in a directory shared by all ranks (a local or network filesystem).
@@ -35,6 +37,7 @@ class FileStore : public Store {
   std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool check(const std::string& key) override;
 
  private:
   struct Impl;
@@ -59,6 +62,7 @@ class PrefixStore : public Store {
     for (auto& s : keys) k.push_back(prefix_ + s);
     inner_->wait(k, timeout);
   }
+  bool check(const std::string& key) override { return inner_->check(prefix_ + key); }
 
  private:
   std::string prefix_;

@@ -21,6 +21,7 @@ class C10dStore final : public smddp::Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     store_->wait(keys, timeout);
   }
+  bool check(const std::string& key) override { return store_->check({key}); }
 
  private:
   c10::intrusive_ptr<::c10d::Store> store_;

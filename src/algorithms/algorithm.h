@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "device/device.h"
@@ -45,6 +46,9 @@ struct Context {
   const OpInfo& op;
   const topology::Topology* topo = nullptr;  // set when the communicator spans several nodes
   ofi::Endpoint* net = nullptr;              // likewise: every rank, over libfabric
+  // Across nodes: called while waiting on the network; throws if the communicator was aborted
+  // on this node or by a rank elsewhere (through the store).
+  const std::function<void()>* watch = nullptr;
   int rank() const { return shm.rank(); }
   int size() const { return shm.size(); }
 };

@@ -13,7 +13,7 @@ namespace smddp::algorithms {
 
 class NetExchange {
  public:
-  explicit NetExchange(Context& ctx) : ep_(*ctx.net), op_(ctx.op) {}
+  explicit NetExchange(Context& ctx) : ep_(*ctx.net), op_(ctx.op), watch_(ctx.watch) {}
   ~NetExchange() = default;
 
   void send(int peer, const void* buf, size_t bytes, uint32_t step) {
@@ -24,7 +24,7 @@ class NetExchange {
   }
   // Waits for everything posted so far (deadline: the operation's).
   void wait() {
-    for (auto& h : pending_) ep_.wait(h, op_);
+    for (auto& h : pending_) ep_.wait(h, op_, watch_);
     pending_.clear();
   }
 
@@ -35,6 +35,7 @@ class NetExchange {
   }
   ofi::Endpoint& ep_;
   const OpInfo& op_;
+  const std::function<void()>* watch_;
   std::vector<ofi::Endpoint::Handle> pending_;
 };
 

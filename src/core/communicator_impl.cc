@@ -61,7 +61,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     // Shared memory among this node's ranks (keys of their own), libfabric among all ranks.
     PrefixStore node_store("node" + std::to_string(topo_.node()) + "/", store_);
     shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
-                                        group_config(topo_.local_size()), options_.timeout);
+                                        group_config(topo_.local_size()), options_.timeout, topo_.local_ranks());
     net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, options_.timeout);
 #else
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": the ranks span " + topo_.describe() +
@@ -126,8 +126,28 @@ void CommunicatorImpl::fail(const std::exception_ptr& e) {
   } catch (const InvalidArgument&) {
     // Detected before any data moved on every rank alike: the communicator stays usable.
   } catch (const std::exception& ex) {
-    failed_.store(true);
-    shm_->abort(ex.what());
+    abort_everywhere(ex.what());
+  }
+}
+
+void CommunicatorImpl::abort_everywhere(const std::string& reason) {
+  failed_.store(true);
+  shm_->abort(reason);
+  // Other nodes do not see this node's shared memory: tell them through the store.
+  if (multi_node_) {
+    try {
+      if (!store_->check("abort")) store_->set("abort", std::vector<uint8_t>(reason.begin(), reason.end()));
+    } catch (...) {  // the store itself may be gone; the peers' deadlines still hold
+    }
+  }
+}
+
+void CommunicatorImpl::watch_remote(const OpInfo& op) {
+  shm_->check_progress(-1, op, "respond");  // this node's abort word and the deadline
+  if (store_->check("abort")) {
+    auto v = store_->get("abort", std::chrono::seconds(5));
+    throw AbortedError("smddp: " + op.describe() + " failed: the communicator was aborted on another node: " +
+                       std::string(v.begin(), v.end()));
   }
 }
 
@@ -180,7 +200,9 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
                                           multi_node_ ? &topo_ : nullptr);
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo.name
                             << " count " << args.count << ' ' << to_string(args.dtype);
-    algorithms::Context ctx{*shm_, device::host(), op, multi_node_ ? &topo_ : nullptr, net_.get()};
+    const std::function<void()> watch = [&] { watch_remote(op); };
+    algorithms::Context ctx{*shm_, device::host(), op, multi_node_ ? &topo_ : nullptr, net_.get(),
+                            multi_node_ ? &watch : nullptr};
     algo.run(ctx, args);
   } catch (...) {
     fail(std::current_exception());
@@ -216,8 +238,7 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Ma
     } catch (const std::exception& e) {
       // Any failure mid-message (a tag/size mismatch included) leaves the byte stream between
       // the pair unreadable: the communicator cannot go on.
-      failed_.store(true);
-      shm_->abort(e.what());
+      abort_everywhere(e.what());
       throw;
     }
   };
@@ -237,12 +258,18 @@ namespace {
 // A point-to-point message to or from another node: one tagged libfabric transfer.
 class NetTransfer {
  public:
-  NetTransfer(ofi::Endpoint& ep, bool is_send, void* buf, size_t bytes, int peer, uint32_t tag)
-      : ep_(ep), is_send_(is_send), buf_(buf), bytes_(bytes), peer_(peer), tag_(tag & 0x7FFFFFFFu) {}
-  bool poll(shm::Group& g, const OpInfo& op) {
+  NetTransfer(ofi::Endpoint& ep, bool is_send, void* buf, size_t bytes, int peer, uint32_t tag,
+              std::function<void(const OpInfo&)> watch)
+      : ep_(ep), is_send_(is_send), buf_(buf), bytes_(bytes), peer_(peer), tag_(tag & 0x7FFFFFFFu),
+        watch_(std::move(watch)) {}
+  bool poll(shm::Group&, const OpInfo& op) {
     if (!h_) h_ = is_send_ ? ep_.send(peer_, buf_, bytes_, tag_) : ep_.recv(peer_, buf_, bytes_, tag_);
     if (ep_.test(h_)) return true;
-    g.check_progress(-1, op, is_send_ ? "receive" : "send");
+    auto now = Clock::now();
+    if (now >= next_watch_) {  // abort here or elsewhere, and the deadline
+      watch_(op);
+      next_watch_ = now + std::chrono::milliseconds(20);
+    }
     return false;
   }
 
@@ -253,6 +280,8 @@ class NetTransfer {
   size_t bytes_;
   int peer_;
   uint32_t tag_;
+  std::function<void(const OpInfo&)> watch_;
+  Clock::time_point next_watch_{};
   ofi::Endpoint::Handle h_;
 };
 }  // namespace
@@ -262,7 +291,8 @@ Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t ta
   const int local = local_index(peer);
 #ifdef SMDDP_HAVE_LIBFABRIC
   if (local < 0)
-    return submit_p2p("send", peer, std::make_shared<NetTransfer>(*net_, true, const_cast<void*>(buf), bytes, peer, tag));
+    return submit_p2p("send", peer, std::make_shared<NetTransfer>(*net_, true, const_cast<void*>(buf), bytes, peer, tag,
+                                                                  [this](const OpInfo& op) { watch_remote(op); }));
 #endif
   return submit_p2p("send", peer, std::make_shared<p2p::Send>(buf, bytes, local, tag));
 }
@@ -270,14 +300,13 @@ Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t ta
 Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag) {
   const int local = local_index(peer);
 #ifdef SMDDP_HAVE_LIBFABRIC
-  if (local < 0) return submit_p2p("recv", peer, std::make_shared<NetTransfer>(*net_, false, buf, bytes, peer, tag));
+  if (local < 0)
+    return submit_p2p("recv", peer, std::make_shared<NetTransfer>(*net_, false, buf, bytes, peer, tag,
+                                                                  [this](const OpInfo& op) { watch_remote(op); }));
 #endif
   return submit_p2p("recv", peer, std::make_shared<p2p::Recv>(buf, bytes, local, tag));
 }
 
-void CommunicatorImpl::abort(const std::string& reason) {
-  failed_.store(true);
-  shm_->abort("rank " + std::to_string(rank_) + ": " + reason);
-}
+void CommunicatorImpl::abort(const std::string& reason) { abort_everywhere("rank " + std::to_string(rank_) + ": " + reason); }
 
 }  // namespace smddp::detail

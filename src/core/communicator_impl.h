@@ -49,6 +49,11 @@ class CommunicatorImpl {
   void verify_agreement(const OpInfo& op, const algorithms::CollArgs& args);
   // On a failure that leaves ranks out of step: abort the group so every rank stops now.
   void fail(const std::exception_ptr& e);
+  // Marks the communicator dead here, on this node (abort word) and on other nodes (store key).
+  void abort_everywhere(const std::string& reason);
+  // While waiting on the network: throws if this node's group or (via the store) another node
+  // aborted, or the deadline passed.
+  void watch_remote(const OpInfo& op);
   std::string prefix() const;
 
   std::shared_ptr<Store> store_;

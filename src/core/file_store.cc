@@ -95,6 +95,8 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
   return value;
 }
 
+bool FileStore::check(const std::string& key) { return ::access(impl_->path(key).c_str(), F_OK) == 0; }
+
 void FileStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::microseconds(200);

@@ -289,9 +289,14 @@ bool Endpoint::test(const Handle& h) {
   return h->done();
 }
 
-void Endpoint::wait(const Handle& h, const OpInfo& op) {
+void Endpoint::wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch) {
   int idle = 0;
+  auto next_watch = Clock::now() + std::chrono::milliseconds(20);
   while (!test(h)) {
+    if (watch && *watch && Clock::now() >= next_watch) {
+      (*watch)();
+      next_watch = Clock::now() + std::chrono::milliseconds(20);
+    }
     if (Clock::now() >= op.deadline)
       throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
                              " ms waiting to " + (h->is_send ? "send to" : "receive from") + " rank " +

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,7 +48,8 @@ class Endpoint {
   // Reads completions; true once `h` is done. Throws SystemError on a completion error.
   bool test(const Handle& h);
   // Drives progress until `h` is done or op's deadline passes (TimeoutError naming the peer).
-  void wait(const Handle& h, const OpInfo& op);
+  // `watch`, when set, runs every 20 ms while waiting and may throw (abort from elsewhere).
+  void wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch = nullptr);
 
  private:
   struct Impl;

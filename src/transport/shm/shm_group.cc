@@ -91,8 +91,9 @@ struct Group::FifoCtl {
   alignas(64) std::atomic<uint64_t> tail;  // bytes ever popped (consumer writes)
 };
 
-Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), cfg_(cfg) {
+Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout,
+             std::vector<int> global_ranks)
+    : rank_(rank), size_(size), cfg_(cfg), global_(std::move(global_ranks)) {
   cfg_.slot_bytes = round_up(std::max<size_t>(cfg_.slot_bytes, kPage), kPage);
   size_t fifo = kPage;
   while (fifo < cfg_.fifo_bytes) fifo <<= 1;
@@ -139,7 +140,8 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
         for (int r = 0; r < size; ++r)
           if (ctl(r)->pid.load() == 0) missing.push_back(r);
         seg_.unlink();
-        throw TimeoutError("smddp: shared-memory setup on rank 0 timed out after " +
+        missing = global(missing);
+        throw TimeoutError("smddp: shared-memory setup on rank " + std::to_string(global(0)) + " timed out after " +
                                std::to_string(timeout.count()) + " ms: ranks " + ranks_str(missing) +
                                " never attached",
                            missing);
@@ -194,6 +196,12 @@ void Group::read_peer(int r, void* local, const void* remote, size_t bytes, cons
 }
 
 void Group::arrive() { ctl(rank_)->step.store(++step_, std::memory_order_release); }
+
+std::vector<int> Group::global(const std::vector<int>& locals) const {
+  std::vector<int> out;
+  for (int r : locals) out.push_back(global(r));
+  return out;
+}
 
 std::vector<int> Group::behind(uint64_t target) const {
   std::vector<int> v;
@@ -280,13 +288,13 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
     std::string why;
     int lost = lost_rank(late, &why);
     if (lost >= 0 && !ready())
-      throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(lost) + " " + why +
+      throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(global(lost)) + " " + why +
                           " while this rank waited for it to " + waiting_for,
-                      lost);
+                      global(lost));
     if (now >= op.deadline && !ready())
       throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
-                             " ms: ranks " + ranks_str(late) + " did not " + waiting_for,
-                         late);
+                             " ms: ranks " + ranks_str(global(late)) + " did not " + waiting_for,
+                         global(late));
   }
 }
 
@@ -334,13 +342,14 @@ void Group::check_progress(int peer, const OpInfo& op, const char* waiting_for) 
   next_liveness_check_ = now + std::chrono::milliseconds(20);
   std::string why;
   if (peer >= 0 && lost_rank({peer}, &why) >= 0)
-    throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(peer) + " " + why +
+    throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(global(peer)) + " " + why +
                         " while this rank waited for it to " + waiting_for,
-                    peer);
+                    global(peer));
   if (now >= op.deadline)
     throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
-                           " ms: rank " + std::to_string(peer >= 0 ? peer : op.peer) + " did not " + waiting_for,
-                       {peer >= 0 ? peer : op.peer});
+                           " ms: rank " + std::to_string(peer >= 0 ? global(peer) : op.peer) + " did not " +
+                           waiting_for,
+                       {peer >= 0 ? global(peer) : op.peer});
 }
 
 }  // namespace smddp::shm

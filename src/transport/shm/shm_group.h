@@ -40,7 +40,10 @@ class Group {
   static constexpr int kWords = 8;  // small per-rank values a round can exchange
 
   // Collective over the local ranks: rank 0 creates the segment, the others map it.
-  Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout);
+  // `global_ranks` names the local ranks in messages (the communicator's ranks when the group is
+  // one node of several); empty: local and global ranks are the same.
+  Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout,
+        std::vector<int> global_ranks = {});
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -89,6 +92,8 @@ class Group {
   // Ranks among `ranks` that died or departed: -1 when none.
   int lost_rank(const std::vector<int>& ranks, std::string* why) const;
   std::vector<int> behind(uint64_t target) const;
+  int global(int local) const { return global_.empty() ? local : global_[static_cast<size_t>(local)]; }
+  std::vector<int> global(const std::vector<int>& locals) const;
 
   template <class Ready, class Missing>
   void wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for);
@@ -102,6 +107,7 @@ class Group {
   uint64_t round_ = 0;
   uint64_t pidns_ = 0;
   bool departed_ = false;
+  std::vector<int> global_;
   Clock::time_point next_liveness_check_{};
 };
 
