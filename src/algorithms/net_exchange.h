@@ -31,7 +31,7 @@ class NetExchange {
  private:
   // Bit 31 marks collective traffic; point-to-point tags stay below it.
   uint32_t tag(uint32_t step) const {
-    return 0x80000000u | static_cast<uint32_t>((op_.seq & 0x7FFFF) << 12) | (step & 0xFFF);
+    return 0x80000000u | static_cast<uint32_t>((op_.coll_seq & 0x7FFFF) << 12) | (step & 0xFFF);
   }
   ofi::Endpoint& ep_;
   const OpInfo& op_;

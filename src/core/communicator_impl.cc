@@ -214,6 +214,7 @@ Work CommunicatorImpl::collective(CollArgs args) {
   auto state = std::make_shared<OpState>();
   std::lock_guard<std::mutex> g(submit_mu_);
   OpInfo op = make_op(algorithms::to_string(args.kind));
+  op.coll_seq = ++coll_seq_;
   state->seq = op.seq;
   engine::Task t;
   t.state = state;

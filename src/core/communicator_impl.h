@@ -68,6 +68,7 @@ class CommunicatorImpl {
   std::unique_ptr<ofi::Endpoint> net_;      // every rank, when they span nodes
   std::mutex submit_mu_;  // issue order = sequence order
   uint64_t seq_ = 0;
+  uint64_t coll_seq_ = 0;
   std::atomic<bool> failed_{false};
   std::unique_ptr<engine::Engine> engine_;  // last: its thread must stop before the rest dies
 };

@@ -11,7 +11,9 @@ using Clock = std::chrono::steady_clock;
 
 struct OpInfo {
   const char* name = "?";  // "allreduce", "send", ...
-  uint64_t seq = 0;        // per-communicator sequence number, 1-based
+  uint64_t seq = 0;        // per-communicator sequence number of every operation, 1-based
+  uint64_t coll_seq = 0;   // collectives only: equal on every rank for the same collective
+                           // (point-to-point operations differ between ranks), so it keys tags
   int rank = -1;
   int size = 0;
   int peer = -1;           // send/recv only

@@ -10,3 +10,9 @@ from conftest import WORKERS, assert_all_ok, torchrun
 def test_every_collective_matches_gloo(smddp_built, nproc):
     p = torchrun(os.path.join(WORKERS, "collectives_vs_gloo.py"), nproc, timeout=600)
     assert_all_ok(p, nproc)
+
+
+def test_every_collective_across_pretend_nodes(smddp_built):
+    """4 ranks as 2 nodes x 2: the backend's cross-node path (libfabric between, shm inside)."""
+    p = torchrun(os.path.join(WORKERS, "collectives_vs_gloo.py"), 4, timeout=600, env={"SMDDP_TEST_NODES": "2"})
+    assert_all_ok(p, 4)

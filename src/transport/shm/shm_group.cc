@@ -345,11 +345,16 @@ void Group::check_progress(int peer, const OpInfo& op, const char* waiting_for) 
     throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(global(peer)) + " " + why +
                         " while this rank waited for it to " + waiting_for,
                     global(peer));
-  if (now >= op.deadline)
+  if (now >= op.deadline) {
+    const int who = peer >= 0 ? global(peer) : op.peer;
+    if (who < 0)  // a collective waiting on other nodes: the network wait names the rank
+      throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
+                             " ms waiting for ranks on other nodes",
+                         {});
     throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
-                           " ms: rank " + std::to_string(peer >= 0 ? global(peer) : op.peer) + " did not " +
-                           waiting_for,
-                       {peer >= 0 ? global(peer) : op.peer});
+                           " ms: rank " + std::to_string(who) + " did not " + waiting_for,
+                       {who});
+  }
 }
 
 }  // namespace smddp::shm
