@@ -54,6 +54,8 @@ class Work {
   bool wait_for(std::chrono::milliseconds timeout) const;
   // Sequence number of the operation within its communicator (1, 2, ...).
   uint64_t sequence() const;
+  // For a receive from any source: the rank the message comes from, once known (else -1).
+  int source() const;
   // Calls `callback` once the operation finishes, with its error (null on success): on the
   // thread that completes it, or at once on this thread if it already finished. Callbacks must
   // not block on other smddp work.
@@ -97,6 +99,9 @@ class Communicator {
   // Point to point. Messages between a pair of ranks are matched in order; tags must agree.
   Work send(const void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
   Work recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
+  // Receives the next message with `tag` from whichever rank sends one (MPI_ANY_SOURCE);
+  // Work::source() tells which. Within one node only.
+  Work recv_any(void* buffer, size_t count, DataType type, uint32_t tag = 0);
   // `timeout` > 0 replaces Options::timeout for this barrier (PyTorch's monitored_barrier).
   Work barrier(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 

@@ -298,8 +298,21 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recv(std::vector<at::Tensor>
   });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recvAnysource(std::vector<at::Tensor>&, int) {
-  TORCH_CHECK(false, "smddp: recv without a source rank (recv from any source) is not supported; pass src=");
+c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return guarded("recv", [&] {
+    check_single(tensors, "recv", getRank());
+    Elems e = movement_elems(tensors[0]);
+    Staged s = stage(tensors[0]);
+    smddp::Work w = comm_->recv_any(s.data(), e.count, e.dtype, static_cast<uint32_t>(tag));
+    Pending p;
+    p.ops.push_back(w);
+    p.outputs.push_back(tensors[0]);
+    p.keep_alive.push_back(s.tensor);
+    if (s.copied) p.finalizers.push_back([s] { s.copy_back(); });
+    auto work = finish(::c10d::OpType::RECVANYSOURCE, std::move(p));
+    static_cast<SmddpWork*>(work.get())->set_source([w] { return w.source(); });
+    return work;
+  });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::barrier(const ::c10d::BarrierOptions& opts) {

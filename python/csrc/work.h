@@ -30,6 +30,9 @@ class SmddpWork final : public ::c10d::Work {
   // Made on first request (most callers only wait()), completed at once if the work is done.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override { return seq_; }
+  // recv from any source: which rank sent the message (c10d's Work::sourceRank).
+  int sourceRank() const override { return source_ ? source_() : ::c10d::Work::sourceRank(); }
+  void set_source(std::function<int()> f) { source_ = std::move(f); }
 
  private:
   void one_done(std::exception_ptr e);
@@ -43,6 +46,7 @@ class SmddpWork final : public ::c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   bool done_ = false;
   uint64_t seq_;
+  std::function<int()> source_;
 };
 
 }  // namespace smddp::torch_backend

@@ -35,6 +35,8 @@ bool Work::wait_for(std::chrono::milliseconds timeout) const {
 
 uint64_t Work::sequence() const { return state_ ? state_->seq : 0; }
 
+int Work::source() const { return state_ && state_->source ? state_->source->load() : -1; }
+
 void Work::then(std::function<void(std::exception_ptr)> callback) const {
   if (!state_) {
     callback(nullptr);
@@ -198,6 +200,13 @@ Work Communicator::recv(void* buffer, size_t count, DataType type, int peer, uin
   impl_->check_count(count, 1, type, "recv");
   impl_->check_buffer(buffer, count, "recv", "recv");
   return impl_->recv(buffer, count * dtype_size(type), peer, tag);
+}
+
+Work Communicator::recv_any(void* buffer, size_t count, DataType type, uint32_t tag) {
+  impl_->check_dtype(type, "recv");
+  impl_->check_count(count, 1, type, "recv");
+  impl_->check_buffer(buffer, count, "recv", "recv");
+  return impl_->recv_any(buffer, count * dtype_size(type), tag);
 }
 
 Work Communicator::barrier(std::chrono::milliseconds timeout) {

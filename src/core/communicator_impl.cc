@@ -224,8 +224,10 @@ Work CommunicatorImpl::collective(CollArgs args) {
 }
 
 template <class Machine>
-Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Machine> machine) {
+Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Machine> machine,
+                                  std::shared_ptr<std::atomic<int>> source) {
   auto state = std::make_shared<OpState>();
+  state->source = std::move(source);
   std::lock_guard<std::mutex> g(submit_mu_);
   OpInfo op = make_op(name, peer);
   state->seq = op.seq;
@@ -306,6 +308,14 @@ Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag) {
                                                                   [this](const OpInfo& op) { watch_remote(op); }));
 #endif
   return submit_p2p("recv", peer, std::make_shared<p2p::Recv>(buf, bytes, local, tag));
+}
+
+Work CommunicatorImpl::recv_any(void* buf, size_t bytes, uint32_t tag) {
+  if (multi_node_)
+    throw InvalidArgument(prefix() + "recv from any source is supported within one node only (this communicator spans " +
+                          topo_.describe() + "); pass the source rank");
+  auto source = std::make_shared<std::atomic<int>>(-1);
+  return submit_p2p("recv", -1, std::make_shared<p2p::RecvAny>(buf, bytes, tag, source), source);
 }
 
 void CommunicatorImpl::abort(const std::string& reason) { abort_everywhere("rank " + std::to_string(rank_) + ": " + reason); }

@@ -31,6 +31,7 @@ class CommunicatorImpl {
   Work collective(algorithms::CollArgs args);
   Work send(const void* buf, size_t bytes, int peer, uint32_t tag);
   Work recv(void* buf, size_t bytes, int peer, uint32_t tag);
+  Work recv_any(void* buf, size_t bytes, uint32_t tag);
   void abort(const std::string& reason);
 
   // Argument checks shared by the public entry points; throw InvalidArgument.
@@ -42,7 +43,8 @@ class CommunicatorImpl {
  private:
   OpInfo make_op(const char* name, int peer = -1);
   template <class Machine>
-  Work submit_p2p(const char* name, int peer, std::shared_ptr<Machine> machine);
+  Work submit_p2p(const char* name, int peer, std::shared_ptr<Machine> machine,
+                  std::shared_ptr<std::atomic<int>> source = nullptr);
   // Index of a global rank within this node's shm group, or -1 when it is on another node.
   int local_index(int global_rank) const;
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);

@@ -46,4 +46,25 @@ bool Recv::poll(shm::Group& g, const OpInfo& op) {
   return false;
 }
 
+bool RecvAny::poll(shm::Group& g, const OpInfo& op) {
+  if (!chosen_) {
+    for (int k = 0; k < g.size() && !chosen_; ++k) {
+      const int src = (next_ + k) % g.size();
+      Header h{};
+      if (g.fifo_available(src) < sizeof h) continue;
+      g.fifo_peek(src, &h, sizeof h);
+      if (h.magic == kMagic && h.tag == tag_) {
+        chosen_ = std::make_unique<Recv>(data_, bytes_, src, tag_);
+        source_->store(src);
+      }
+    }
+    next_ = (next_ + 1) % g.size();
+    if (!chosen_) {
+      g.check_progress(-1, op, "send");
+      return false;
+    }
+  }
+  return chosen_->poll(g, op);
+}
+
 }  // namespace smddp::p2p

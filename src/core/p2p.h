@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 
 #include "engine/op_info.h"
 #include "transport/shm/shm_group.h"
@@ -43,6 +45,23 @@ class Recv {
   size_t hdr_done_ = 0, body_done_ = 0;
   int peer_;
   uint32_t tag_;
+};
+
+// Receive from whichever rank's next message carries `tag` (MPI_ANY_SOURCE): peeks at the head of
+// every incoming FIFO, round robin, and becomes a plain Recv from the first that matches.
+class RecvAny {
+ public:
+  RecvAny(void* data, size_t bytes, uint32_t tag, std::shared_ptr<std::atomic<int>> source)
+      : data_(data), bytes_(bytes), tag_(tag), source_(std::move(source)) {}
+  bool poll(shm::Group& g, const OpInfo& op);
+
+ private:
+  void* data_;
+  size_t bytes_;
+  uint32_t tag_;
+  std::shared_ptr<std::atomic<int>> source_;  // the local rank it came from, once known
+  std::unique_ptr<Recv> chosen_;
+  int next_ = 0;
 };
 
 }  // namespace smddp::p2p

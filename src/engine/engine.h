@@ -22,6 +22,7 @@ namespace smddp::detail {
 // Completion state shared between the engine and Work handles.
 struct OpState {
   uint64_t seq = 0;
+  std::shared_ptr<std::atomic<int>> source;  // receive-from-any only
   std::atomic<bool> done{false};
   std::mutex mu;
   std::condition_variable cv;

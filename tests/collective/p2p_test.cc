@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <algorithm>
 #include <numeric>
 
 #include "collective/harness.h"
@@ -123,6 +124,35 @@ TEST(WorkCallbacks, RunOnceWithResultOrError) {
     }, ro);
     ASSERT_TRUE(res.ok()) << "SMDDP_INLINE=" << inl << "\n" << res.summary();
   }
+}
+
+}  // namespace
+}  // namespace smddp::testing
+
+namespace smddp::testing {
+namespace {
+
+TEST(P2P, ReceiveFromAnySourceTellsTheSender) {
+  auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator c(store, rank, w);
+    if (rank == 0) {
+      std::vector<int> seen;
+      for (int k = 0; k < w - 1; ++k) {
+        int32_t v = -1;
+        Work r = c.recv_any(&v, 1, DataType::i32, 9);
+        r.wait();
+        if (r.source() < 1 || v != 100 + r.source()) rep.fail("recv_any got " + std::to_string(v) + " from " + std::to_string(r.source()));
+        seen.push_back(r.source());
+      }
+      std::sort(seen.begin(), seen.end());
+      if (seen != std::vector<int>{1, 2, 3}) rep.fail("not every sender seen once");
+    } else {
+      int32_t v = 100 + rank;
+      c.send(&v, 1, DataType::i32, 0, 9).wait();
+    }
+    c.barrier().wait();
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
 }
 
 }  // namespace

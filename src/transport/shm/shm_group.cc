@@ -319,6 +319,16 @@ size_t Group::fifo_available(int src) const {
   return static_cast<size_t>(f->head.load(std::memory_order_acquire) - f->tail.load(std::memory_order_relaxed));
 }
 
+void Group::fifo_peek(int src, void* data, size_t bytes) const {
+  const FifoCtl* f = fifo(src, rank_);
+  const size_t cap = cfg_.fifo_bytes;
+  const size_t pos = f->tail.load(std::memory_order_relaxed) & (cap - 1);
+  const size_t first = std::min(bytes, cap - pos);
+  const std::byte* ring = fifo_data(src, rank_);
+  std::memcpy(data, ring + pos, first);
+  std::memcpy(static_cast<std::byte*>(data) + first, ring, bytes - first);
+}
+
 size_t Group::fifo_pop(int src, void* data, size_t bytes) {
   FifoCtl* f = fifo(src, rank_);
   const uint64_t tail = f->tail.load(std::memory_order_relaxed);

@@ -68,6 +68,7 @@ class Group {
   size_t fifo_push(int dst, const void* data, size_t bytes);  // returns bytes accepted (maybe 0)
   size_t fifo_pop(int src, void* data, size_t bytes);         // returns bytes taken (maybe 0)
   size_t fifo_available(int src) const;                       // bytes ready to pop
+  void fifo_peek(int src, void* data, size_t bytes) const;    // copies without popping (bytes <= available)
   // Throws if the communicator was aborted, the peer is gone, or the deadline passed. peer < 0:
   // a rank on another node (no liveness check here; the error names op.peer).
   void check_progress(int peer, const OpInfo& op, const char* waiting_for);
