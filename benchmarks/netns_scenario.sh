@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The between-hosts scenario: 2 network-namespace hosts x 2 ranks, smddp-perf allreduce across
+# them over libfabric's tcp provider, beside iperf3 on the same kind of link. Run as root:
+#   benchmarks/netns_scenario.sh [--rate 10gbit] [OUT.md]
+# Builds nothing: needs build/host/benchmarks/smddp-perf (cmake --build build/host).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rate="" out=""
+while [ $# -gt 0 ]; do case "$1" in --rate) rate=$2; shift 2 ;; *) out=$1; shift ;; esac; done
+perf=build/host/benchmarks/smddp-perf
+[ -x $perf ] || { echo "build smddp-perf first (cmake --build build/host)" >&2; exit 1; }
+iperf=$(tools/netns iperf --seconds 5 ${rate:+--rate $rate})
+id=$(tools/netns up 2 ${rate:+--rate $rate})
+store=$(mktemp -d)
+logs=$(mktemp -d)
+trap 'tools/netns down $id; rm -rf "$store" "$logs"' EXIT
+for r in 0 1 2 3; do
+  h=$((r / 2))
+  tools/netns exec "$id" $h -- env RANK=$r WORLD_SIZE=4 SMDDP_NODE_ID=host$h SMDDP_PERF_STORE="$store" \
+    FI_TCP_IFACE=eth0 $perf -c allreduce -b 64K -e 64M -f 4 -w 2 -n 5 >"$logs/$r" 2>&1 &
+done
+wait
+{
+  echo "# 2 namespace hosts x 2 ranks, allreduce over libfabric (link: ${rate:-unshaped})"
+  echo
+  echo "$iperf (same kind of link, same machine, just before)"
+  echo
+  echo '```'
+  cat "$logs/0"
+  echo '```'
+  echo
+  echo "Per host the hierarchical allreduce sends S (= 2(N-1)/N x S at N=2) over its link, so"
+  echo "S / time is the link rate it achieved:"
+  awk '/^ +[0-9]/ { printf "  %10d B: %.3f GB/s over the link\n", $1, $1 / $6 / 1e3 }' "$logs/0"
+} | tee ${out:-/dev/null}
