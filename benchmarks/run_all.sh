@@ -5,6 +5,7 @@
 # 2. torch.distributed sweep, smddp vs gloo vs mpi, w=2 and w=4, with the memcpy ceiling, plus
 #    DDP and FSDP training-step times
 # 3. the link ceiling: iperf3 between two namespace hosts, unshaped and capped at 10 Gbit/s
+# 4. smddp-perf across 2 namespace hosts x 2 ranks (libfabric), unshaped and capped
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/performance}
@@ -39,3 +40,7 @@ echo "torch sweeps done"
   echo "tc 10gbit cap: $(tools/netns iperf --seconds 5 --rate 10gbit)"
 } >"$OUT/iperf3.txt"
 cat "$OUT/iperf3.txt"
+
+# 4. between hosts: 2 namespace hosts x 2 ranks, beside iperf3, unshaped and capped
+benchmarks/netns_scenario.sh "$OUT/netns_unshaped.md"
+benchmarks/netns_scenario.sh --rate 10gbit "$OUT/netns_10gbit.md"
