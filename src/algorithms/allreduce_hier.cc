@@ -1,114 +1,89 @@
-// Hierarchical allreduce for communicators that span nodes with L ranks each:
+// Hierarchical allreduce for communicators that span N nodes with L ranks each. The message is
+// cut into slices (SMDDP_HIER_SLICE bytes); for each slice:
 //
-//   1. inside each node, reduce-scatter through shared memory: local rank l ends with shard l
-//      (block l of L) of the node's sum;
-//   2. across nodes, allreduce of shard l among the ranks with local rank l (one per node) over
-//      libfabric, as a ring: reduce-scatter then allgather of N parts;
-//   3. inside each node, allgather of the shards through shared memory.
+//   A. inside each node, reduce-scatter through shared memory: local rank l ends with shard l
+//      (block l of L) of the node's partial sum;
+//   B. across nodes, among the N ranks with local rank l: reduce-scatter of shard l by direct
+//      exchange (each sends the N-1 sub-blocks it does not own to their owners, and reduces the
+//      N partials of its own sub-block in node order);
+//   C. across nodes again: allgather of the reduced sub-blocks among the same N ranks;
+//   D. inside each node, allgather of the shards through shared memory.
 //
-// Each node sends 2(N-1)/N of the message over the network in step 2 (L ranks x S/L each x
-// 2(N-1)/N), the optimum; a flat ring over all N*L ranks sends more whenever ring neighbours sit
-// on different nodes. Every shard is reduced along one fixed order and then copied, so all ranks
-// get the same bits. avg divides once, at the end; premul_sum scales only in step 1.
+// Each node sends 2(N-1)/N of the message over the network (L ranks x S/L each x 2(N-1)/N), the
+// optimum; a flat ring over all N*L ranks sends more whenever ring neighbours sit on different
+// nodes. The slices are pipelined three deep: while slice k-1's reduce-scatter and slice k-2's
+// allgather are in flight, the ranks run slice k's shared-memory reduce-scatter (and the shared-memory waits drive libfabric's
+// progress, see Communicator::Impl), so network and shared-memory work overlap.
+//
+// Every sub-block is reduced along one fixed order by one rank and then copied, so all ranks get
+// the same bits. avg divides once, at the owner; premul_sum scales only in step A.
 #include <algorithm>
 #include <vector>
 
-#include "algorithms/algorithm.h"
-#include "algorithms/net_exchange.h"
-#include "patterns/partition.h"
+#include "algorithms/hier_exchange.h"
+#include "algorithms/node_stages.h"
+#include "core/config.h"
 
 namespace smddp::algorithms {
 
 namespace {
 
-// Step 1: rank l receives the node-local reduction of shard l into dst + shard_l.begin.
-void local_reduce_scatter(Context& ctx, const void* send, void* dst, size_t count, DataType t, Reduction op) {
-  const int L = ctx.size(), me = ctx.rank();
-  const size_t es = dtype_size(t), chunk = std::max<size_t>(1, slot_elems(ctx, t, L));
-  size_t longest = 0;
-  for (int j = 0; j < L; ++j) longest = std::max(longest, patterns::block(count, L, j).count);
-  std::vector<const void*> srcs(static_cast<size_t>(L));
-  const auto mine = patterns::block(count, L, me);
-  for (size_t c = 0; c < patterns::num_chunks(longest, chunk); ++c) {
-    const size_t off = c * chunk;
-    const int p = ctx.shm.begin_round();
-    for (int j = 0; j < L; ++j) {
-      const auto b = patterns::block(count, L, j);
-      if (off < b.count)
-        ctx.dev.copy(at(ctx.shm.slot(me, p), static_cast<size_t>(j) * chunk, es), at(send, b.begin + off, es),
-                     std::min(chunk, b.count - off) * es);
-    }
-    ctx.shm.arrive();
-    ctx.shm.wait_all(ctx.op);
-    if (off >= mine.count) continue;
-    for (int j = 0; j < L; ++j) srcs[static_cast<size_t>(j)] = at(ctx.shm.slot(j, p), static_cast<size_t>(me) * chunk, es);
-    ctx.dev.reduce({at(dst, mine.begin + off, es), srcs.data(), L, std::min(chunk, mine.count - off), t, op, 1});
-  }
-}
-
-// Step 3: every rank's shard (in buf) to every local rank.
-void local_allgather(Context& ctx, void* buf, size_t count, DataType t) {
-  const int L = ctx.size(), me = ctx.rank();
-  const size_t es = dtype_size(t), chunk = std::max<size_t>(1, slot_elems(ctx, t));
-  size_t longest = 0;
-  for (int j = 0; j < L; ++j) longest = std::max(longest, patterns::block(count, L, j).count);
-  const auto mine = patterns::block(count, L, me);
-  for (size_t c = 0; c < patterns::num_chunks(longest, chunk); ++c) {
-    const size_t off = c * chunk;
-    const int p = ctx.shm.begin_round();
-    if (off < mine.count) ctx.dev.copy(ctx.shm.slot(me, p), at(buf, mine.begin + off, es), std::min(chunk, mine.count - off) * es);
-    ctx.shm.arrive();
-    ctx.shm.wait_all(ctx.op);
-    for (int j = 0; j < L; ++j) {
-      const auto b = patterns::block(count, L, j);
-      if (j != me && off < b.count)
-        ctx.dev.copy(at(buf, b.begin + off, es), ctx.shm.slot(j, p), std::min(chunk, b.count - off) * es);
-    }
-  }
-}
-
-// Step 2: ring allreduce of buf[0, n) among `ring` (global ranks, one per node); `pos` is mine.
-void ring_allreduce(Context& ctx, void* buf, size_t n, DataType t, Reduction op, const std::vector<int>& ring, int pos) {
-  const int N = static_cast<int>(ring.size());
-  if (N == 1 || n == 0) return;
-  const size_t es = dtype_size(t);
-  const int next = ring[static_cast<size_t>((pos + 1) % N)], prev = ring[static_cast<size_t>((pos + N - 1) % N)];
-  std::vector<std::byte> tmp(patterns::block(n, N, 0).count * es + 1);
-  NetExchange x(ctx);
-  uint32_t step = 0;
-  for (int s = 0; s < N - 1; ++s, ++step) {  // reduce-scatter: part (pos - s - 1) accumulates here
-    const auto out = patterns::block(n, N, (pos - s + 2 * N) % N);
-    const auto in = patterns::block(n, N, (pos - s - 1 + 2 * N) % N);
-    x.send(next, at(buf, out.begin, es), out.count * es, step);
-    x.recv(prev, tmp.data(), in.count * es, step);
-    x.wait();
-    const void* srcs[2] = {tmp.data(), at(buf, in.begin, es)};
-    ctx.dev.reduce({at(buf, in.begin, es), srcs, 2, in.count, t, op, 1});
-  }
-  for (int s = 0; s < N - 1; ++s, ++step) {  // allgather: part (pos + 1 - s) is complete here
-    const auto out = patterns::block(n, N, (pos + 1 - s + 2 * N) % N);
-    const auto in = patterns::block(n, N, (pos - s + 2 * N) % N);
-    x.send(next, at(buf, out.begin, es), out.count * es, step);
-    x.recv(prev, at(buf, in.begin, es), in.count * es, step);
-    x.wait();
-  }
-}
+struct SliceState {
+  explicit SliceState(Context& ctx) : rs(ctx), ag(ctx) {}
+  NetExchange rs, ag;
+  ShardMap shards;           // this slice's shards, per local rank
+  std::vector<Piece> parts;  // my shard's sub-block per node
+  std::vector<std::byte> scratch;
+};
 
 }  // namespace
 
+size_t hier_slice_bytes() {
+  static const size_t v = std::max<int64_t>(4096, config::get_int("SMDDP_HIER_SLICE"));
+  return v;
+}
+
 void allreduce_hier(Context& ctx, const CollArgs& a) {
   const auto& topo = *ctx.topo;
-  const int L = ctx.size();
+  const int L = ctx.size(), N = topo.num_nodes(), me = topo.node();
+  const std::vector<int> peers = topo.peers_across_nodes();
   const size_t es = dtype_size(a.dtype);
-  local_reduce_scatter(ctx, a.send, a.recv, a.count, a.dtype, partial(a.op, true));
-  const auto shard = patterns::block(a.count, L, ctx.rank());
-  ring_allreduce(ctx, at(a.recv, shard.begin, es), shard.count, a.dtype, partial(a.op, false), topo.peers_across_nodes(),
-                 topo.node());
-  if (a.op.op == ReduceOp::avg && shard.count) {
-    const void* src[1] = {at(a.recv, shard.begin, es)};
-    ctx.dev.reduce({at(a.recv, shard.begin, es), src, 1, shard.count, a.dtype, ReduceOp::avg, topo.size});
+  const size_t slice = std::max<size_t>(static_cast<size_t>(L * N), hier_slice_bytes() / es);
+  const size_t K = patterns::num_chunks(a.count, slice);
+  // Three slices in flight: A of slice k runs while k-1's reduce-scatter and k-2's allgather travel.
+  SliceState st[3] = {SliceState(ctx), SliceState(ctx), SliceState(ctx)};
+
+  auto stage_a_b = [&](size_t k) {  // node reduce-scatter, then post the peers' reduce-scatter
+    SliceState& s = st[k % 3];
+    const auto r = patterns::chunk_at(a.count, slice, k);
+    s.shards = contiguous_shards(r.begin, r.count, L);
+    const auto shard = s.shards[static_cast<size_t>(ctx.rank())].pieces[0];
+    node_reduce_scatter(ctx, a.send, at(a.recv, shard.begin, es), s.shards, a.dtype, partial(a.op, true));
+    s.parts.assign(static_cast<size_t>(N), {});
+    for (int n = 0; n < N; ++n) {
+      const auto b = patterns::block(shard.count, N, n);
+      s.parts[static_cast<size_t>(n)] = {at(a.recv, shard.begin + b.begin, es), b.count};
+    }
+    s.scratch.resize(static_cast<size_t>(N) * s.parts[static_cast<size_t>(me)].count * es + 1);
+    post_peer_reduce_scatter(s.rs, static_cast<uint32_t>(2 * k), peers, me, s.parts, s.scratch.data(), es);
+  };
+  auto stage_b_c = [&](size_t k) {  // reduce my sub-block, then post the peers' allgather
+    SliceState& s = st[k % 3];
+    Piece& mine = s.parts[static_cast<size_t>(me)];
+    finish_peer_reduce_scatter(ctx, s.rs, me, s.parts, s.scratch.data(), mine.ptr, a.dtype, final_stage(a.op),
+                               topo.size);
+    post_peer_allgather(s.ag, static_cast<uint32_t>(2 * k + 1), peers, me, s.parts, es);
+  };
+  auto stage_d = [&](size_t k) {  // wait for the allgather, then share the shards in the node
+    SliceState& s = st[k % 3];
+    s.ag.wait();
+    node_allgather(ctx, a.recv, s.shards, a.dtype);
+  };
+  for (size_t k = 0; k < K + 2; ++k) {
+    if (k < K) stage_a_b(k);
+    if (k >= 1 && k - 1 < K) stage_b_c(k - 1);
+    if (k >= 2) stage_d(k - 2);
   }
-  local_allgather(ctx, a.recv, a.count, a.dtype);
 }
 
 }  // namespace smddp::algorithms

@@ -20,6 +20,9 @@ void alltoall_direct(Context&, const CollArgs&);
 void barrier_flags(Context&, const CollArgs&);
 #ifdef SMDDP_HAVE_LIBFABRIC
 void allreduce_hier(Context&, const CollArgs&);
+void allreduce_hier_small(Context&, const CollArgs&);
+void allgather_hier(Context&, const CollArgs&);
+void reduce_scatter_hier(Context&, const CollArgs&);
 void allreduce_net_direct(Context&, const CollArgs&);
 void allgather_net_direct(Context&, const CollArgs&);
 void reduce_scatter_net_direct(Context&, const CollArgs&);
@@ -62,6 +65,9 @@ const std::vector<Algorithm>& all() {
 #ifdef SMDDP_HAVE_LIBFABRIC
       // Across nodes (libfabric between them, shared memory inside):
       {CollKind::allreduce, "hier", allreduce_hier, Scope::nodes},
+      {CollKind::allreduce, "hier_small", allreduce_hier_small, Scope::nodes},
+      {CollKind::allgather, "hier", allgather_hier, Scope::nodes},
+      {CollKind::reduce_scatter, "hier", reduce_scatter_hier, Scope::nodes},
       {CollKind::allreduce, "net_direct", allreduce_net_direct, Scope::nodes},
       {CollKind::allgather, "net_direct", allgather_net_direct, Scope::nodes},
       {CollKind::reduce_scatter, "net_direct", reduce_scatter_net_direct, Scope::nodes},
@@ -122,10 +128,14 @@ const Algorithm& select(CollKind kind, size_t bytes, int world_size, const std::
   for (const Algorithm* a : env_overrides())
     if (a->kind == kind && a->scope == scope) return *a;
   if (scope == Scope::nodes) {
-    // The hierarchical allreduce needs the same number of ranks on every node.
+    // The hierarchical algorithms need the same number of ranks on every node.
     bool even = true;
     for (const auto& n : topo->node_ranks) even = even && n.size() == topo->node_ranks[0].size();
-    if (kind == CollKind::allreduce && even) return find(kind, "hier");
+    if (even && kind == CollKind::allreduce) {
+      static const size_t small_max = static_cast<size_t>(config::get_int("SMDDP_HIER_SMALL_MAX"));
+      return find(kind, bytes <= small_max ? "hier_small" : "hier");
+    }
+    if (even && (kind == CollKind::allgather || kind == CollKind::reduce_scatter)) return find(kind, "hier");
     return find(kind, "net_direct");
   }
   if (kind == CollKind::allreduce) {

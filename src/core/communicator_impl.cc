@@ -62,7 +62,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     PrefixStore node_store("node" + std::to_string(topo_.node()) + "/", store_);
     shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
                                         group_config(topo_.local_size()), options_.timeout, topo_.local_ranks());
-    net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, options_.timeout);
+    net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, topo_.local_rank(), options_.timeout);
+    shm_->set_idle_hook([ep = net_.get()] { ep->progress(); });
 #else
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": the ranks span " + topo_.describe() +
                           ", but this build has no libfabric transport (SMDDP_WITH_LIBFABRIC=OFF)");

@@ -16,10 +16,13 @@ const std::vector<Param>& params() {
       {"SMDDP_SHM_CHUNK", "256k", "Bytes each rank stages per pipeline step in shared memory."},
       {"SMDDP_SHM_FIFO", "256k", "Bytes of each point-to-point shared-memory FIFO (one per ordered rank pair)."},
       {"SMDDP_ONE_SHOT_MAX", "32k", "Largest allreduce (bytes) sent by the one-shot algorithm when not forced."},
+      {"SMDDP_HIER_SLICE", "4m", "Bytes of the message per pipelined slice of the hierarchical algorithms across nodes."},
+      {"SMDDP_HIER_SMALL_MAX", "64k", "Largest allreduce (bytes) across nodes sent by the two-round hier_small algorithm when not forced."},
       {"SMDDP_INLINE", "1", "1: run a collective on the calling thread when the engine is idle (lower latency)."},
       {"SMDDP_REDUCE_ISA", "", "Force the CPU reduction kernels: avx512, avx2 or scalar (default: best the CPU has)."},
       {"SMDDP_NODE_ID", "", "Overrides which node this rank is on (default: host name + kernel boot id); ranks with equal ids share memory."},
       {"SMDDP_OFI_PROVIDER", "", "libfabric provider for traffic between nodes (default: efa, then tcp;ofi_rxm, tcp, sockets; FI_PROVIDER also works)."},
+      {"SMDDP_OFI_RAILS", "", "Domains (NICs) the ranks of a node spread over: comma-separated names, or all (default: every NIC for efa/verbs, the first interface for tcp)."},
       {"SMDDP_SPIN", "20000", "Polls of a shared flag before a waiting rank starts yielding the CPU."},
   };
   return table;

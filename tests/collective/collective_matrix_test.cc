@@ -54,8 +54,9 @@ void fill_inputs(void* buf, size_t n, int rank, DataType t, ReduceOp op, int sal
   for (size_t i = 0; i < n; ++i) store_value(buf, i, t, input_value(rank, first_index + i, t, op, salt));
 }
 
-// Reductions: allreduce (each algorithm, in and out of place), reduce_scatter, reduce.
-void reduction_matrix(Communicator& c, const std::string& algo, Report& rep, bool big) {
+// Reductions: allreduce (each algorithm, in and out of place), reduce_scatter, reduce. The
+// other reductions have one algorithm per communicator: `others` runs them (once per setup).
+void reduction_matrix(Communicator& c, const std::string& algo, Report& rep, bool big, bool others) {
   const int w = c.size(), me = c.rank();
   int salt = 0;
   for (size_t count : kCounts) {
@@ -77,13 +78,13 @@ void reduction_matrix(Communicator& c, const std::string& algo, Report& rep, boo
           check_reduced(rep, name, dst, count, w, t, op, salt, [](size_t i) { return i; });
           rep.record(name, std::to_string(fingerprint(dst, count * es)));
         }
-        if (algo != "rs_ag") continue;  // the other reductions have one algorithm each: run them once
+        if (!others) continue;
         // reduce_scatter: rank r's input block b element i is input index b*count + i.
         {
           Buf in(count * static_cast<size_t>(w), t), out(count, t);
           fill_inputs(in.data(), count * static_cast<size_t>(w), me, t, o, salt);
           c.reduce_scatter(in.data(), out.data(), count, t, op).wait();
-          const auto name = case_name("reduce_scatter", "direct", t, o, count);
+          const auto name = case_name("reduce_scatter", algo.c_str(), t, o, count);
           check_reduced(rep, name, out.data(), count, w, t, op, salt,
                         [&](size_t i) { return static_cast<size_t>(me) * count + i; });
         }
@@ -197,7 +198,7 @@ void run_matrix(int world, bool big) {
       o.algorithms = "allreduce:" + algo;
       o.timeout = std::chrono::seconds(120);
       Communicator c(store, rank, w, o);
-      reduction_matrix(c, algo, rep, big);
+      reduction_matrix(c, algo, rep, big, algo == "rs_ag");
       if (algo == "rs_ag") movement_matrix(c, rep, big);
     }
     // Second run, new communicator: allreduce results must repeat bit for bit.
@@ -207,7 +208,7 @@ void run_matrix(int world, bool big) {
       o.algorithms = "allreduce:rs_ag";
       o.timeout = std::chrono::seconds(120);
       Communicator c(store, rank, w, o);
-      reduction_matrix(c, "rs_ag", again, big);
+      reduction_matrix(c, "rs_ag", again, big, true);
     }
     std::map<std::string, std::string> first;
     std::istringstream a(rep.records_), b(again.records_);
@@ -253,15 +254,29 @@ TEST_P(CrossNode, EveryCollectiveMatchesTheReference) {
   } else {
     ro.env = {{"FI_TCP_IFACE", "lo"}};
   }
+  // Small slices, so the larger counts below run the hierarchical pipelines many slices deep.
+  ro.env.push_back({"SMDDP_HIER_SLICE", "256k"});
   for (int h = 0; h < p.hosts; ++h)
     for (int i = 0; i < p.per_host; ++i) {
       ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
       ro.netns.push_back(p.netns ? hosts->ns(h) : "");
     }
+  // Each setup: the algorithms forced, whether reduce_scatter/reduce and data movement run too.
+  struct Setup {
+    const char* algorithms;
+    const char* label;
+    bool everything;
+  };
+  static const Setup kSetups[] = {
+      {"allreduce:hier,allgather:hier,reduce_scatter:hier", "hier", true},
+      {"allreduce:hier_small", "hier_small", false},
+      {"allreduce:net_direct,allgather:net_direct,reduce_scatter:net_direct", "net_direct", true},
+  };
   auto result = run_ranks(p.hosts * p.per_host, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    for (std::string algo : {"hier", "net_direct"}) {
+    for (const Setup& setup : kSetups) {
+      const std::string algo = setup.label;
       Options o;
-      o.algorithms = "allreduce:" + algo;
+      o.algorithms = setup.algorithms;
       o.timeout = std::chrono::seconds(120);
       Communicator c(store, rank, w, o);
       // Point-to-point between the first and last rank (other nodes) first: only two ranks take
@@ -272,8 +287,8 @@ TEST_P(CrossNode, EveryCollectiveMatchesTheReference) {
         c.recv(&msg, 1, DataType::i64, 0, 3).wait();
         if (msg != 4242) rep.fail("cross-node recv got " + std::to_string(msg));
       }
-      reduction_matrix(c, algo == "hier" ? "hier" : "rs_ag", rep, false);
-      if (algo == "net_direct") movement_matrix(c, rep, false);
+      reduction_matrix(c, algo, rep, false, setup.everything);
+      if (setup.everything) movement_matrix(c, rep, false);
       // One larger allreduce: 3 MiB + 1 element, several chunks and ring parts.
       const size_t n = (size_t{3} << 18) + 1;
       std::vector<float> v(n);
@@ -287,6 +302,32 @@ TEST_P(CrossNode, EveryCollectiveMatchesTheReference) {
           break;
         }
       }
+      if (!setup.everything) continue;
+      // Larger reduce_scatter and allgather (several slices, odd block size).
+      const size_t blk = (size_t{1} << 17) + 5, W = static_cast<size_t>(w);
+      std::vector<float> in(blk * W), out(blk);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((i * 7 + static_cast<size_t>(rank)) % 11);
+      c.reduce_scatter(in.data(), out.data(), blk, DataType::f32, ReduceOp::sum).wait();
+      for (size_t i = 0; i < blk; i += 991) {
+        float want = 0;
+        const size_t g = static_cast<size_t>(rank) * blk + i;
+        for (int r = 0; r < w; ++r) want += static_cast<float>((g * 7 + static_cast<size_t>(r)) % 11);
+        if (out[i] != want) {
+          rep.fail(algo + " large reduce_scatter wrong at " + std::to_string(i));
+          break;
+        }
+      }
+      std::vector<float> all(blk * W);
+      c.allgather(out.data(), all.data(), blk, DataType::f32).wait();
+      for (size_t r = 0; r < W; ++r)
+        for (size_t i = 0; i < blk; i += 4093) {
+          float want = 0;
+          for (int q = 0; q < w; ++q) want += static_cast<float>(((r * blk + i) * 7 + static_cast<size_t>(q)) % 11);
+          if (all[r * blk + i] != want) {
+            rep.fail(algo + " large allgather wrong in block " + std::to_string(r));
+            break;
+          }
+        }
     }
   }, ro);
   ASSERT_TRUE(result.ok()) << result.summary();

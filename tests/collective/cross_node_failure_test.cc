@@ -1,11 +1,12 @@
 // Across nodes: a rank killed mid-run (kill -9) makes every other rank, on its node and on the
-// others, raise an error naming it within the timeout; and the hierarchical allreduce sends each
-// host's optimum 2(N-1)/N x S bytes over its link (veth counters), printed beside the direct
-// algorithm's measured bytes and a flat ring's computed ones.
+// others, raise an error naming it within the timeout; and the hierarchical allreduce, allgather
+// and reduce_scatter send each host's optimum over its link (veth counters), printed beside the
+// direct algorithms' measured bytes and a flat ring's computed ones.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "collective/harness.h"
@@ -55,46 +56,126 @@ TEST(CrossNodeFailure, KilledRankIsNamedOnEveryNode) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
-TEST(CrossNodeTraffic, HierarchicalAllreduceSendsTheOptimumPerHost) {
+// Bytes each host sent over its link while every rank ran `coll` (16 MiB of data) with `algo`.
+// TCP retransmissions (the veths drop packets when both cores are saturated) add resent bytes
+// that say nothing about the algorithm, and only ever add: a run that saw any is repeated (three
+// runs at most) and each host's smallest figure is kept. The retransmissions are printed.
+std::vector<double> host_bytes(NetnsHosts& hosts, int n_hosts, int per_host, const std::string& coll,
+                               const std::string& algo, size_t bytes, int attempt = 1) {
+  RunOptions ro = hosts_options(&hosts, n_hosts, per_host);
+  std::vector<uint64_t> before(static_cast<size_t>(n_hosts)), resent(static_cast<size_t>(n_hosts));
+  for (int h = 0; h < n_hosts; ++h) {
+    before[static_cast<size_t>(h)] = hosts.bytes_sent(h);
+    resent[static_cast<size_t>(h)] = hosts.tcp_retransmits(h);
+  }
+  auto res = run_ranks(n_hosts * per_host, [&](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.algorithms = coll + ":" + algo;
+    Communicator c(store, rank, w, o);
+    const size_t n = bytes / 4, W = static_cast<size_t>(w);
+    if (coll == "allreduce") {
+      std::vector<float> v(n, 1.0f);
+      c.allreduce(v.data(), v.data(), n, DataType::f32, ReduceOp::sum).wait();
+      if (v[12345] != static_cast<float>(w)) rep.fail("allreduce: wrong result");
+    } else if (coll == "allgather") {  // S = the output
+      std::vector<float> in(n / W, static_cast<float>(rank)), out(n);
+      c.allgather(in.data(), out.data(), n / W, DataType::f32).wait();
+      if (out[n - 1] != static_cast<float>(w - 1)) rep.fail("allgather: wrong result");
+    } else {  // reduce_scatter, S = the input
+      std::vector<float> in(n, 1.0f), out(n / W);
+      c.reduce_scatter(in.data(), out.data(), n / W, DataType::f32, ReduceOp::sum).wait();
+      if (out[0] != static_cast<float>(w)) rep.fail("reduce_scatter: wrong result");
+    }
+  }, ro);
+  EXPECT_TRUE(res.ok()) << coll << ":" << algo << ": " << res.summary();
+  std::vector<double> sent(static_cast<size_t>(n_hosts));
+  uint64_t retransmitted = 0;
+  for (int h = 0; h < n_hosts; ++h) {
+    sent[static_cast<size_t>(h)] = static_cast<double>(hosts.bytes_sent(h) - before[static_cast<size_t>(h)]);
+    retransmitted += hosts.tcp_retransmits(h) - resent[static_cast<size_t>(h)];
+  }
+  if (retransmitted) {
+    std::printf("  (%s:%s run %d: %llu TCP segments retransmitted)\n", coll.c_str(), algo.c_str(), attempt,
+                static_cast<unsigned long long>(retransmitted));
+    if (attempt < 3) {
+      const auto again = host_bytes(hosts, n_hosts, per_host, coll, algo, bytes, attempt + 1);
+      for (size_t h = 0; h < sent.size(); ++h) sent[h] = std::min(sent[h], again[h]);
+    }
+  }
+  return sent;
+}
+
+// For S = 16 MiB among N hosts x L ranks, the hierarchical algorithms must send within 10% of
+// the optimum per host: 2(N-1)/N x S for allreduce, (N-1)/N x S for allgather (S = output) and
+// reduce_scatter (S = input). The direct algorithms are measured beside them, and a flat ring
+// over all ranks computed.
+TEST(CrossNodeTraffic, HierarchicalAlgorithmsSendTheOptimumPerHost) {
   constexpr int kHosts = 2, kPerHost = 2;
   constexpr size_t kBytes = size_t{16} << 20;
   NetnsHosts hosts(kHosts);
   if (!hosts.available()) GTEST_SKIP() << hosts.why_unavailable();
-  double measured[2][kHosts];
-  const char* algos[2] = {"hier", "net_direct"};
-  for (int a = 0; a < 2; ++a) {
-    RunOptions ro = hosts_options(&hosts, kHosts, kPerHost);
-    std::vector<uint64_t> before(kHosts);
-    for (int h = 0; h < kHosts; ++h) before[static_cast<size_t>(h)] = hosts.bytes_sent(h);
-    auto res = run_ranks(kHosts * kPerHost, [algo = std::string(algos[a])](int rank, int w, std::shared_ptr<Store> store,
-                                                                            Report& rep) {
-      Options o;
-      o.algorithms = "allreduce:" + algo;
-      Communicator c(store, rank, w, o);
-      std::vector<float> v(kBytes / 4, 1.0f);
-      c.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
-      if (v[12345] != static_cast<float>(w)) rep.fail("wrong result");
-    }, ro);
-    ASSERT_TRUE(res.ok()) << res.summary();
+  std::printf("%zu MiB, %d hosts x %d ranks: bytes each host sent over its link\n", kBytes >> 20, kHosts, kPerHost);
+  for (std::string coll : {"allreduce", "allgather", "reduce_scatter"}) {
+    const double factor = (coll == "allreduce" ? 2.0 : 1.0) * (kHosts - 1) / kHosts;
+    const double optimum = factor * kBytes;
+    // A flat ring over ranks 0 1 | 2 3: every rank sends factor' = (2 or 1) x (w-1)/w of S to its
+    // successor, and each host has one rank whose successor is on the other host (1->2, 3->0).
+    const double flat_ring = (coll == "allreduce" ? 2.0 : 1.0) * (kHosts * kPerHost - 1) / (kHosts * kPerHost) * kBytes;
+    const auto hier = host_bytes(hosts, kHosts, kPerHost, coll, "hier", kBytes);
+    const auto direct = host_bytes(hosts, kHosts, kPerHost, coll, "net_direct", kBytes);
+    std::printf("%s\n  optimum %s x S                  %12.0f\n", coll.c_str(),
+                coll == "allreduce" ? "2(N-1)/N" : "(N-1)/N ", optimum);
     for (int h = 0; h < kHosts; ++h)
-      measured[a][h] = static_cast<double>(hosts.bytes_sent(h) - before[static_cast<size_t>(h)]);
+      std::printf("  hier (measured), host %d         %12.0f (%.3f x optimum)\n", h, hier[static_cast<size_t>(h)],
+                  hier[static_cast<size_t>(h)] / optimum);
+    for (int h = 0; h < kHosts; ++h)
+      std::printf("  net_direct (measured), host %d   %12.0f (%.3f x optimum)\n", h, direct[static_cast<size_t>(h)],
+                  direct[static_cast<size_t>(h)] / optimum);
+    std::printf("  flat ring over all ranks (computed) %8.0f (%.3f x optimum)\n", flat_ring, flat_ring / optimum);
+    for (int h = 0; h < kHosts; ++h) {
+      EXPECT_GE(hier[static_cast<size_t>(h)], optimum * 0.99) << coll << ", host " << h;
+      EXPECT_LE(hier[static_cast<size_t>(h)], optimum * 1.10) << coll << ", host " << h << ": more than 10% above the optimum";
+    }
   }
+}
+
+// Two links per host (rails eth0, eth1; SMDDP_OFI_RAILS names both): local rank l drives rail l,
+// so the hierarchical allreduce's traffic splits evenly over a host's links, and every rank
+// still reaches every other (alltoall crosses rails: rank 0 on eth0 to rank 3 on eth1).
+TEST(CrossNodeTraffic, RanksSpreadOverRails) {
+  constexpr int kHosts = 2, kPerHost = 2, kRails = 2;
+  constexpr size_t kBytes = size_t{16} << 20;
+  NetnsHosts hosts(kHosts, "", kRails);
+  if (!hosts.available()) GTEST_SKIP() << hosts.why_unavailable();
+  RunOptions ro = hosts_options(&hosts, kHosts, kPerHost);
+  ro.env = {{"SMDDP_OFI_RAILS", "eth0,eth1"}};
+  std::vector<uint64_t> before;
+  for (int h = 0; h < kHosts; ++h)
+    for (int r = 0; r < kRails; ++r) before.push_back(hosts.bytes_sent(h, r));
+  auto res = run_ranks(kHosts * kPerHost, [&](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.algorithms = "allreduce:hier";
+    Communicator c(store, rank, w, o);
+    std::vector<float> v(kBytes / 4, 1.0f);
+    c.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
+    if (v[4321] != static_cast<float>(w)) rep.fail("allreduce: wrong result");
+    std::vector<int32_t> in(static_cast<size_t>(w)), out(static_cast<size_t>(w));
+    for (int d = 0; d < w; ++d) in[static_cast<size_t>(d)] = rank * 100 + d;
+    c.alltoall(in.data(), out.data(), 1, DataType::i32).wait();
+    for (int s = 0; s < w; ++s)
+      if (out[static_cast<size_t>(s)] != s * 100 + rank) rep.fail("alltoall: wrong block from rank " + std::to_string(s));
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
   const double optimum = 2.0 * (kHosts - 1) / kHosts * kBytes;
-  // A flat ring over ranks 0 1 | 2 3: each rank sends 2(w-1)/w x S to its successor; host 0's
-  // link carries rank 1 -> 2 and host 1's rank 3 -> 0.
-  const double flat_ring = 2.0 * (kHosts * kPerHost - 1) / (kHosts * kPerHost) * kBytes;
-  std::printf("allreduce of %zu MiB, %d hosts x %d ranks: bytes each host sent over its link\n", kBytes >> 20, kHosts,
-              kPerHost);
-  std::printf("  optimum 2(N-1)/N x S            %12.0f\n", optimum);
-  for (int h = 0; h < kHosts; ++h) std::printf("  hier (measured), host %d         %12.0f (%.3f x optimum)\n", h,
-                                               measured[0][h], measured[0][h] / optimum);
-  for (int h = 0; h < kHosts; ++h) std::printf("  net_direct (measured), host %d   %12.0f (%.3f x optimum)\n", h,
-                                               measured[1][h], measured[1][h] / optimum);
-  std::printf("  flat ring over all ranks (computed) %8.0f (%.3f x optimum)\n", flat_ring, flat_ring / optimum);
-  for (int h = 0; h < kHosts; ++h) {
-    EXPECT_GE(measured[0][h], optimum * 0.99) << "host " << h;
-    EXPECT_LE(measured[0][h], optimum * 1.10) << "host " << h << ": more than 10% above the optimum";
-  }
+  std::printf("allreduce of %zu MiB, %d hosts x %d ranks, %d rails each: bytes per link\n", kBytes >> 20, kHosts,
+              kPerHost, kRails);
+  for (int h = 0; h < kHosts; ++h)
+    for (int r = 0; r < kRails; ++r) {
+      const double sent = static_cast<double>(hosts.bytes_sent(h, r) - before[static_cast<size_t>(h * kRails + r)]);
+      std::printf("  host %d eth%d %12.0f (%.3f of the host's optimum)\n", h, r, sent, sent / optimum);
+      EXPECT_GE(sent, optimum / kRails * 0.99) << "host " << h << " rail " << r;
+      EXPECT_LE(sent, optimum / kRails * 1.10) << "host " << h << " rail " << r;
+    }
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ TEST(Failure, BadAlgorithmNameIsRejected) {
     Options o;
     o.algorithms = "allreduce:bogus";
     expect_throw<InvalidArgument>(rep, "bogus algorithm", [&] { Communicator c(store, rank, w, o); },
-                                  "no allreduce algorithm named 'bogus' (known: one_shot, rs_ag, cma, hier, net_direct)");
+                                  "no allreduce algorithm named 'bogus' (known: one_shot, rs_ag, cma, hier, hier_small, net_direct)");
   });
   ASSERT_TRUE(res.ok()) << res.summary();
 }

@@ -159,10 +159,11 @@ std::string run_capture(const std::string& cmd) {
 const std::string kNetns = std::string(SMDDP_SOURCE_DIR) + "/tools/netns";
 }  // namespace
 
-NetnsHosts::NetnsHosts(int n, const std::string& rate) {
+NetnsHosts::NetnsHosts(int n, const std::string& rate, int rails) : rails_(rails) {
   if (geteuid() != 0) { why_ = "needs root"; return; }
   if (run_capture("command -v ip").empty()) { why_ = "needs iproute2"; return; }
-  id_ = run_capture(kNetns + " up " + std::to_string(n) + (rate.empty() ? "" : " --rate " + rate) + " 2>/dev/null");
+  id_ = run_capture(kNetns + " up " + std::to_string(n) + (rate.empty() ? "" : " --rate " + rate) + " --rails " +
+                    std::to_string(rails) + " 2>/dev/null");
   if (id_.empty()) why_ = "tools/netns up failed (no network namespaces here?)";
 }
 
@@ -170,10 +171,25 @@ NetnsHosts::~NetnsHosts() {
   if (!id_.empty()) run_capture(kNetns + " down " + id_);
 }
 
-std::string NetnsHosts::addr(int host) const { return run_capture(kNetns + " addr " + id_ + " " + std::to_string(host)); }
+std::string NetnsHosts::addr(int host, int rail) const {
+  return run_capture(kNetns + " addr " + id_ + " " + std::to_string(host) + " " + std::to_string(rail));
+}
 
-uint64_t NetnsHosts::bytes_sent(int host) const {
-  std::string v = run_capture(kNetns + " bytes " + id_ + " " + std::to_string(host));
+uint64_t NetnsHosts::bytes_sent(int host, int rail) const {
+  if (rail < 0) {
+    uint64_t sum = 0;
+    for (int r = 0; r < rails_; ++r) sum += bytes_sent(host, r);
+    return sum;
+  }
+  std::string v = run_capture(kNetns + " bytes " + id_ + " " + std::to_string(host) + " " + std::to_string(rail));
+  return v.empty() ? 0 : std::stoull(v);
+}
+
+uint64_t NetnsHosts::tcp_retransmits(int host) const {
+  // /proc/net/snmp has a "Tcp:" header line naming the fields, then a "Tcp:" line of values.
+  std::string v = run_capture("ip netns exec " + ns(host) +
+                              " awk '/^Tcp:/ { if (!n) { for (i = 1; i <= NF; i++) if ($i == \"RetransSegs\") f = i; n = 1 }"
+                              " else print $f }' /proc/net/snmp");
   return v.empty() ? 0 : std::stoull(v);
 }
 

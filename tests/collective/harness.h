@@ -41,16 +41,22 @@ struct RunOptions {
 // without root or iproute2.
 class NetnsHosts {
  public:
-  explicit NetnsHosts(int n, const std::string& rate = "");
+  // n hosts, each with `rails` links (eth0..) to one bridge; `rate` caps every link (tc).
+  explicit NetnsHosts(int n, const std::string& rate = "", int rails = 1);
   ~NetnsHosts();
   bool available() const { return !id_.empty(); }
   std::string ns(int host) const { return "smddp-" + id_ + "-h" + std::to_string(host); }
-  std::string addr(int host) const;
-  uint64_t bytes_sent(int host) const;  // over the host's link, from the veth counter
+  std::string addr(int host, int rail = 0) const;
+  // Bytes the host sent over link `rail` (veth counter); rail < 0: over all its links.
+  uint64_t bytes_sent(int host, int rail = -1) const;
+  // TCP segments the host retransmitted so far (its namespace's /proc/net/snmp): resent bytes
+  // count on the link too, so traffic figures are read beside this.
+  uint64_t tcp_retransmits(int host) const;
   const std::string& why_unavailable() const { return why_; }
 
  private:
   std::string id_, why_;
+  int rails_ = 1;
 };
 
 struct RankOutcome {

@@ -21,7 +21,7 @@ OpInfo op_with_timeout(std::chrono::milliseconds t) {
 
 TEST(OfiEndpoint, TaggedMessagesMatchByTagInAnyOrder) {
   auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    ofi::Endpoint ep(*store, rank, w, std::chrono::seconds(30));
+    ofi::Endpoint ep(*store, rank, w, rank, std::chrono::seconds(30));
     const std::vector<size_t> sizes = {0, 1, 4096, size_t{3} << 20};
     // Post every receive first, in reverse tag order; then send in tag order.
     std::vector<std::vector<uint32_t>> in;
@@ -66,7 +66,7 @@ TEST(OfiEndpoint, TaggedMessagesMatchByTagInAnyOrder) {
 
 TEST(OfiEndpoint, UnansweredReceiveTimesOutNamingThePeer) {
   auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    ofi::Endpoint ep(*store, rank, w, std::chrono::seconds(30));
+    ofi::Endpoint ep(*store, rank, w, rank, std::chrono::seconds(30));
     if (rank == 0) {
       uint32_t x = 0;
       auto h = ep.recv(1, &x, sizeof x, 77);
@@ -100,7 +100,7 @@ TEST(OfiEndpoint, AcrossNetworkNamespaceHosts) {
   const uint64_t before = hosts.bytes_sent(0);
   constexpr size_t kBytes = size_t{4} << 20;
   auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    ofi::Endpoint ep(*store, rank, w, std::chrono::seconds(30));
+    ofi::Endpoint ep(*store, rank, w, rank, std::chrono::seconds(30));
     std::vector<std::vector<uint8_t>> in(static_cast<size_t>(w), std::vector<uint8_t>(kBytes));
     std::vector<uint8_t> out(kBytes);
     for (size_t i = 0; i < kBytes; ++i) out[i] = static_cast<uint8_t>(i * 7 + static_cast<size_t>(rank));

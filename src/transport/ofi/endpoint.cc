@@ -16,6 +16,7 @@
 #include "core/logging.h"
 #include "smddp/errors.h"
 #include "transport/ofi/fid.h"
+#include "transport/ofi/rails.h"
 
 // libfabric 1.x and 2.x differ in a few spellings; they are settled here and nowhere else.
 #define SMDDP_FI_API FI_VERSION(1, 9)
@@ -112,6 +113,8 @@ struct Endpoint::Impl {
   FidOwner<fid_av> av;
   FidOwner<fid_ep> ep;
   std::vector<fi_addr_t> addrs;
+  std::string rail;  // the domain this endpoint is on
+  size_t num_rails = 1;
   size_t max_msg = 0;
   bool need_mr = false;
   std::mutex mu;  // FI_THREAD_DOMAIN: one thread in the domain at a time
@@ -145,6 +148,9 @@ struct Endpoint::Impl {
     }
   }
 
+  // Reads completions, then posts the chunks that were refused for lack of room.
+  void drive();
+
   void progress() {
     fi_cq_tagged_entry e[16];
     for (;;) {
@@ -170,7 +176,21 @@ struct Endpoint::Impl {
   }
 };
 
-Endpoint::Endpoint(Store& store, int rank, int size, std::chrono::milliseconds timeout)
+namespace {
+// The provider's entry for `domain`: IPv4 first where a domain has several addresses (tcp lists
+// an interface once per address family; IPv6 link-local addresses need a scope to be reached).
+fi_info* entry_for(fi_info* list, const std::string& domain) {
+  fi_info* first = nullptr;
+  for (fi_info* i = list; i; i = i->next) {
+    if (!i->domain_attr->name || domain != i->domain_attr->name) continue;
+    if (i->addr_format == FI_SOCKADDR_IN) return i;
+    if (!first) first = i;
+  }
+  return first;
+}
+}  // namespace
+
+Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.rank = rank;
@@ -195,7 +215,18 @@ Endpoint::Endpoint(Store& store, int rank, int size, std::chrono::milliseconds t
                         for (auto& c : candidates) s += (s.empty() ? "" : ", ") + c;
                         return s;
                       }() + ")");
-  fi_info* info = m.info.get();
+  // Rails: one per domain (NIC) the provider offers; this rank drives the one its local rank
+  // picks, so a node's ranks spread over all of them.
+  std::vector<RailCandidate> offered;
+  for (fi_info* i = m.info.get(); i; i = i->next)
+    offered.push_back({i->domain_attr->name ? i->domain_attr->name : "", i->fabric_attr->name ? i->fabric_attr->name : ""});
+  const bool nics_only = m.provider.rfind("efa", 0) == 0 || m.provider.rfind("verbs", 0) == 0;
+  std::string rail_error;
+  const auto rails = choose_rails(offered, config::get_string("SMDDP_OFI_RAILS"), nics_only, &rail_error);
+  if (rails.empty()) throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + rail_error);
+  m.num_rails = rails.size();
+  m.rail = rails[rail_for(local_rank, rails.size())];
+  fi_info* info = entry_for(m.info.get(), m.rail);
   m.need_mr = (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
   m.max_msg = info->ep_attr->max_msg_size ? std::min<size_t>(info->ep_attr->max_msg_size, size_t{1} << 30) : size_t{1} << 30;
   check("fi_fabric", fi_fabric(info->fabric_attr, m.fabric.out(), nullptr));
@@ -224,13 +255,15 @@ Endpoint::Endpoint(Store& store, int rank, int size, std::chrono::milliseconds t
     if (n != 1) throw SystemError("smddp: fi_av_insert of rank " + std::to_string(r) + "'s address failed");
   }
   SMDDP_LOG(INFO, rank) << "libfabric " << runtime_version() << ": provider " << m.provider << " ("
-                        << info->fabric_attr->name << ", domain " << info->domain_attr->name << "), max message "
+                        << info->fabric_attr->name << "), rail " << m.rail << " (" << m.num_rails
+                        << (m.num_rails == 1 ? " rail" : " rails") << " on this node), max message "
                         << m.max_msg << " B" << (m.need_mr ? ", local memory registration" : "");
 }
 
 Endpoint::~Endpoint() = default;
 
 const std::string& Endpoint::provider() const { return impl_->provider; }
+const std::string& Endpoint::rail() const { return impl_->rail; }
 size_t Endpoint::max_message() const { return impl_->max_msg; }
 
 static std::shared_ptr<Endpoint::Request> make_request(Endpoint::Request proto, size_t max_msg) {
@@ -275,16 +308,25 @@ Endpoint::Handle Endpoint::recv(int peer, void* buf, size_t bytes, uint32_t tag)
   return r;
 }
 
-bool Endpoint::test(const Handle& h) {
-  std::lock_guard<std::mutex> g(impl_->mu);
-  impl_->progress();
-  for (auto it = impl_->inflight.begin(); it != impl_->inflight.end();) {
-    if ((*it)->posted < (*it)->nchunks && (*it)->error.empty()) impl_->post(*it);
+void Endpoint::Impl::drive() {
+  progress();
+  for (auto it = inflight.begin(); it != inflight.end();) {
+    if ((*it)->posted < (*it)->nchunks && (*it)->error.empty()) post(*it);
     // Forget a request only once libfabric holds none of its chunk contexts any more.
     const auto& r = *it;
     const bool quiet = r->completed + r->failed == r->posted && (r->posted == r->nchunks || !r->error.empty());
-    it = quiet ? impl_->inflight.erase(it) : std::next(it);
+    it = quiet ? inflight.erase(it) : std::next(it);
   }
+}
+
+void Endpoint::progress() {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->drive();
+}
+
+bool Endpoint::test(const Handle& h) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->drive();
   if (!h->error.empty()) throw SystemError(h->error);
   return h->done();
 }

@@ -28,14 +28,16 @@ std::vector<std::string> rdm_providers();
 
 class Endpoint {
  public:
-  // Collective over all ranks: opens the provider, publishes this endpoint's address under
-  // "ofi/addr/<rank>", and inserts every rank's address into the address vector.
-  Endpoint(Store& store, int rank, int size, std::chrono::milliseconds timeout);
+  // Collective over all ranks: opens the provider on this rank's rail (rails.h: the domain its
+  // local rank picks), publishes the endpoint's address under "ofi/addr/<rank>", and inserts
+  // every rank's address into the address vector.
+  Endpoint(Store& store, int rank, int size, int local_rank, std::chrono::milliseconds timeout);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
 
   const std::string& provider() const;
+  const std::string& rail() const;  // libfabric domain name, e.g. "eth0" or "rdmap16s27-rdm"
   size_t max_message() const;
 
   // A posted transfer; done() once all its chunks completed.
@@ -47,6 +49,9 @@ class Endpoint {
   Handle recv(int peer, void* buf, size_t bytes, uint32_t tag);
   // Reads completions; true once `h` is done. Throws SystemError on a completion error.
   bool test(const Handle& h);
+  // Reads completions and posts what waits to be posted, for every request (errors stay with
+  // their requests). For callers busy elsewhere, e.g. a shared-memory wait.
+  void progress();
   // Drives progress until `h` is done or op's deadline passes (TimeoutError naming the peer).
   // `watch`, when set, runs every 20 ms while waiting and may throw (abort from elsewhere).
   void wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch = nullptr);

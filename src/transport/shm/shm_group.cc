@@ -271,6 +271,7 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
   int sleep_us = 2;
   while (!ready()) {
     throw_if_aborted(op);
+    if (idle_) idle_();
     auto now = Clock::now();
     // Yield for the first couple of milliseconds: with more ranks than cores the rank we wait
     // for needs this core, and yielding hands it over at once; sleeping would add the timer's

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,10 @@ class Group {
   uint64_t* words(int r, int parity) const;  // kWords values, same double buffering as slots
   void arrive();
   void wait_all(const OpInfo& op);
+  // Called while a wait is idle (past its first spins). Across nodes it drives the network's
+  // progress, so transfers posted before a shared-memory stage move on during it: providers with
+  // manual progress (tcp, rxm) move a rendezvous only while the sender polls.
+  void set_idle_hook(std::function<void()> f) { idle_ = std::move(f); }
 
   // --- point to point ---
   size_t fifo_push(int dst, const void* data, size_t bytes);  // returns bytes accepted (maybe 0)
@@ -108,6 +113,7 @@ class Group {
   uint64_t round_ = 0;
   uint64_t pidns_ = 0;
   bool departed_ = false;
+  std::function<void()> idle_;
   std::vector<int> global_;
   Clock::time_point next_liveness_check_{};
 };

@@ -1,0 +1,70 @@
+// Rails: the network interfaces (libfabric domains) a node's ranks spread their traffic over.
+// A provider lists one fi_info per domain it can use (an EFA NIC, or for tcp an interface like
+// eth0); every rank opens its endpoint on one of them, chosen by its local rank, so L ranks on
+// a node with R NICs drive all R of them. Pure functions: the endpoint gathers the candidates,
+// these decide (tests/unit/rails_test.cc).
+#pragma once
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace smddp::ofi {
+
+struct RailCandidate {
+  std::string domain;  // libfabric domain name: "rdmap16s27-rdm", "eth0", "lo"
+  std::string fabric;  // fabric name: for tcp the subnet ("10.0.0.0/24", "127.0.0.1/32")
+};
+
+inline bool is_loopback(const RailCandidate& c) {
+  return c.domain == "lo" || c.fabric.rfind("127.", 0) == 0 || c.fabric.rfind("::1", 0) == 0;
+}
+
+// The rails to use, each domain once, sorted by name so that every node numbers them alike.
+// `wanted` is SMDDP_OFI_RAILS: comma-separated domain names (each must be offered), or "all".
+// Without it, providers whose every domain is a NIC on the fabric (efa, verbs: `nics_only`) use
+// them all, and the others (tcp, sockets: a host's interfaces include bridges and docker0 that
+// reach no other host) use only the first one libfabric offers, as FI_TCP_IFACE steers it.
+// Loopback is left out whenever anything else is offered: it reaches no other host.
+inline std::vector<std::string> choose_rails(const std::vector<RailCandidate>& offered, const std::string& wanted,
+                                             bool nics_only, std::string* error) {
+  std::vector<std::string> all, real;
+  for (const auto& c : offered) {
+    if (std::find(all.begin(), all.end(), c.domain) != all.end()) continue;
+    all.push_back(c.domain);
+    if (!is_loopback(c)) real.push_back(c.domain);
+  }
+  const std::vector<std::string>& usable = real.empty() ? all : real;
+  std::vector<std::string> out;
+  if (wanted == "all" || (wanted.empty() && nics_only)) {
+    out = usable;
+  } else if (wanted.empty()) {
+    if (!usable.empty()) out.push_back(usable.front());
+  } else {
+    std::stringstream ss(wanted);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      if (name.empty() || std::find(out.begin(), out.end(), name) != out.end()) continue;
+      if (std::find(all.begin(), all.end(), name) == all.end()) {
+        if (error) {
+          std::string known;
+          for (const auto& a : all) known += (known.empty() ? "" : ", ") + a;
+          *error = "SMDDP_OFI_RAILS names '" + name + "', which the provider does not offer here (offered: " + known + ")";
+        }
+        return {};
+      }
+      out.push_back(name);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The rail of the rank with `local_rank` among `n_rails`: round-robin, so consecutive local
+// ranks land on different NICs.
+inline size_t rail_for(int local_rank, size_t n_rails) {
+  return n_rails ? static_cast<size_t>(local_rank) % n_rails : 0;
+}
+
+}  // namespace smddp::ofi

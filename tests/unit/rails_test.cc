@@ -1,0 +1,55 @@
+// Which libfabric domains become rails, and which rail each local rank drives.
+#include <gtest/gtest.h>
+
+#include "transport/ofi/rails.h"
+
+namespace smddp::ofi {
+namespace {
+
+const std::vector<RailCandidate> kTcp = {
+    {"eth1", "10.1.2.0/24"}, {"eth1", "fe80::/64"}, {"lo", "127.0.0.1/32"}, {"eth0", "10.1.1.0/24"},
+    {"lo", "::1/128"},       {"eth0", "fe80::/64"},
+};
+
+TEST(Rails, TcpUsesLibfabricsFirstInterfaceUnlessAskedForMore) {
+  std::string err;
+  EXPECT_EQ(choose_rails(kTcp, "", false, &err), (std::vector<std::string>{"eth1"}));
+  EXPECT_EQ(choose_rails(kTcp, "all", false, &err), (std::vector<std::string>{"eth0", "eth1"}));
+  EXPECT_TRUE(err.empty());
+}
+
+TEST(Rails, LoopbackOnlyWhenNothingElse) {
+  std::string err;
+  const std::vector<RailCandidate> lo = {{"lo", "127.0.0.1/32"}, {"lo", "::1/128"}};
+  EXPECT_EQ(choose_rails(lo, "", false, &err), (std::vector<std::string>{"lo"}));
+  EXPECT_EQ(choose_rails(lo, "all", false, &err), (std::vector<std::string>{"lo"}));
+  EXPECT_EQ(choose_rails({{"lo", "127.0.0.1/32"}, {"eth0", "10.0.0.0/8"}}, "", false, &err),
+            (std::vector<std::string>{"eth0"}));
+}
+
+TEST(Rails, EfaNicsAreRails) {
+  std::string err;
+  const std::vector<RailCandidate> efa = {{"rdmap79s0-rdm", "efa"}, {"rdmap16s27-rdm", "efa"}, {"rdmap32s0-rdm", "efa"}};
+  EXPECT_EQ(choose_rails(efa, "", true, &err), (std::vector<std::string>{"rdmap16s27-rdm", "rdmap32s0-rdm", "rdmap79s0-rdm"}));
+}
+
+TEST(Rails, WantedRestrictsAndUnknownNamesAreAnError) {
+  std::string err;
+  EXPECT_EQ(choose_rails(kTcp, "eth1,eth1", false, &err), (std::vector<std::string>{"eth1"}));
+  EXPECT_EQ(choose_rails(kTcp, "lo", false, &err), (std::vector<std::string>{"lo"}));
+  EXPECT_EQ(choose_rails(kTcp, "eth1,eth0", true, &err), (std::vector<std::string>{"eth0", "eth1"}));
+  EXPECT_TRUE(choose_rails(kTcp, "eth0,ib0", false, &err).empty());
+  EXPECT_NE(err.find("'ib0'"), std::string::npos) << err;
+  EXPECT_NE(err.find("offered: eth1, lo, eth0"), std::string::npos) << err;  // names what is offered
+}
+
+TEST(Rails, LocalRanksRoundRobin) {
+  EXPECT_EQ(rail_for(0, 2), 0u);
+  EXPECT_EQ(rail_for(1, 2), 1u);
+  EXPECT_EQ(rail_for(2, 2), 0u);
+  EXPECT_EQ(rail_for(5, 4), 1u);
+  EXPECT_EQ(rail_for(3, 1), 0u);
+}
+
+}  // namespace
+}  // namespace smddp::ofi
