@@ -189,6 +189,17 @@ void movement_matrix(Communicator& c, Report& rep, bool big) {
   c.barrier().wait();
 }
 
+// Bit-identical across ranks: every rank's allreduce fingerprints must agree with rank 0's.
+void expect_identical_across_ranks(const RunResult& result) {
+  const auto& r0 = result.ranks[0].records;
+  for (size_t r = 1; r < result.ranks.size(); ++r) {
+    ASSERT_EQ(result.ranks[r].records.size(), r0.size());
+    for (size_t i = 0; i < r0.size(); ++i)
+      EXPECT_EQ(result.ranks[r].records[i].second, r0[i].second)
+          << r0[i].first << ": rank " << r << " differs from rank 0";
+  }
+}
+
 class CollectiveMatrix : public ::testing::TestWithParam<int> {};
 
 void run_matrix(int world, bool big) {
@@ -218,14 +229,7 @@ void run_matrix(int world, bool big) {
       if (first.count(k) && first[k] != v) rep.fail(k + ": result differs between two runs");
   });
   ASSERT_TRUE(result.ok()) << result.summary();
-  // Bit-identical across ranks: every rank's allreduce fingerprints must agree with rank 0's.
-  const auto& r0 = result.ranks[0].records;
-  for (size_t r = 1; r < result.ranks.size(); ++r) {
-    ASSERT_EQ(result.ranks[r].records.size(), r0.size());
-    for (size_t i = 0; i < r0.size(); ++i)
-      EXPECT_EQ(result.ranks[r].records[i].second, r0[i].second)
-          << r0[i].first << ": rank " << r << " differs from rank 0";
-  }
+  expect_identical_across_ranks(result);
 }
 
 TEST_P(CollectiveMatrix, SmallCounts) { run_matrix(GetParam(), false); }
@@ -242,38 +246,47 @@ struct CrossNodeCase {
 
 class CrossNode : public ::testing::TestWithParam<CrossNodeCase> {};
 
-TEST_P(CrossNode, EveryCollectiveMatchesTheReference) {
-  const auto p = GetParam();
-  std::unique_ptr<NetnsHosts> hosts;
+// Where the ranks of a cross-node case run: namespaces (when root) or loopback, with
+// SMDDP_NODE_ID per pretend host. Small hierarchical slices, so the larger counts run the
+// pipelines many slices deep. `hosts` keeps the namespaces alive.
+RunOptions cross_node_options(const CrossNodeCase& p, std::unique_ptr<NetnsHosts>& hosts) {
   RunOptions ro;
   ro.wall_limit = std::chrono::seconds(600);
   if (p.netns) {
     hosts = std::make_unique<NetnsHosts>(p.hosts);
-    if (!hosts->available()) GTEST_SKIP() << hosts->why_unavailable();
+    if (!hosts->available()) return ro;
     ro.env = {{"FI_TCP_IFACE", "eth0"}};
   } else {
     ro.env = {{"FI_TCP_IFACE", "lo"}};
   }
-  // Small slices, so the larger counts below run the hierarchical pipelines many slices deep.
   ro.env.push_back({"SMDDP_HIER_SLICE", "256k"});
   for (int h = 0; h < p.hosts; ++h)
     for (int i = 0; i < p.per_host; ++i) {
       ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
       ro.netns.push_back(p.netns ? hosts->ns(h) : "");
     }
-  // Each setup: the algorithms forced, whether reduce_scatter/reduce and data movement run too.
-  struct Setup {
-    const char* algorithms;
-    const char* label;
-    bool everything;
-  };
-  static const Setup kSetups[] = {
-      {"allreduce:hier,allgather:hier,reduce_scatter:hier", "hier", true},
-      {"allreduce:hier_small", "hier_small", false},
-      {"allreduce:net_direct,allgather:net_direct,reduce_scatter:net_direct", "net_direct", true},
-  };
+  return ro;
+}
+
+// Each setup: the algorithms forced, whether reduce_scatter/reduce and data movement run too.
+struct CrossNodeSetup {
+  const char* algorithms;
+  const char* label;
+  bool everything;
+};
+const CrossNodeSetup kCrossNodeSetups[] = {
+    {"allreduce:hier,allgather:hier,reduce_scatter:hier", "hier", true},
+    {"allreduce:hier_small", "hier_small", false},
+    {"allreduce:net_direct,allgather:net_direct,reduce_scatter:net_direct", "net_direct", true},
+};
+
+TEST_P(CrossNode, EveryCollectiveMatchesTheReference) {
+  const auto p = GetParam();
+  std::unique_ptr<NetnsHosts> hosts;
+  RunOptions ro = cross_node_options(p, hosts);
+  if (hosts && !hosts->available()) GTEST_SKIP() << hosts->why_unavailable();
   auto result = run_ranks(p.hosts * p.per_host, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    for (const Setup& setup : kSetups) {
+    for (const CrossNodeSetup& setup : kCrossNodeSetups) {
       const std::string algo = setup.label;
       Options o;
       o.algorithms = setup.algorithms;
@@ -331,6 +344,29 @@ TEST_P(CrossNode, EveryCollectiveMatchesTheReference) {
     }
   }, ro);
   ASSERT_TRUE(result.ok()) << result.summary();
+  expect_identical_across_ranks(result);
+}
+
+// The large count (2^20 + 3 elements) of the matrix across 2 hosts x 2 ranks: every reduction
+// (dtype x op) and movement collective, for the hierarchical and the direct algorithms.
+TEST(CrossNodeLarge, EveryCollectiveAtALargeCount) {
+  const CrossNodeCase p{2, 2, true};
+  std::unique_ptr<NetnsHosts> hosts;
+  RunOptions ro = cross_node_options(p, hosts);
+  if (hosts && !hosts->available()) GTEST_SKIP() << hosts->why_unavailable();
+  auto result = run_ranks(p.hosts * p.per_host, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    for (const CrossNodeSetup& setup : kCrossNodeSetups) {
+      if (!setup.everything) continue;  // hier_small is for small messages
+      Options o;
+      o.algorithms = setup.algorithms;
+      o.timeout = std::chrono::seconds(300);
+      Communicator c(store, rank, w, o);
+      reduction_matrix(c, setup.label, rep, true, true);
+      movement_matrix(c, rep, true);
+    }
+  }, ro);
+  ASSERT_TRUE(result.ok()) << result.summary();
+  expect_identical_across_ranks(result);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hosts, CrossNode,
