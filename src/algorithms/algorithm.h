@@ -20,6 +20,8 @@ class Endpoint;
 
 namespace smddp::algorithms {
 
+class ScratchPool;
+
 enum class CollKind { allreduce, allgather, reduce_scatter, broadcast, reduce, gather, scatter, alltoall, barrier };
 inline constexpr int kNumCollKinds = 9;
 const char* to_string(CollKind k);
@@ -49,6 +51,7 @@ struct Context {
   // Across nodes: called while waiting on the network; throws if the communicator was aborted
   // on this node or by a rank elsewhere (through the store).
   const std::function<void()>* watch = nullptr;
+  ScratchPool* scratch = nullptr;  // buffers kept between collectives (scratch_pool.h)
   int rank() const { return shm.rank(); }
   int size() const { return shm.size(); }
 };

@@ -22,6 +22,7 @@
 
 #include "algorithms/hier_exchange.h"
 #include "algorithms/node_stages.h"
+#include "algorithms/scratch_pool.h"
 #include "core/config.h"
 
 namespace smddp::algorithms {
@@ -33,7 +34,7 @@ struct SliceState {
   NetExchange rs, ag;
   ShardMap shards;           // this slice's shards, per local rank
   std::vector<Piece> parts;  // my shard's sub-block per node
-  std::vector<std::byte> scratch;
+  std::byte* scratch = nullptr;  // the other nodes' partials of my sub-block
 };
 
 }  // namespace
@@ -64,13 +65,13 @@ void allreduce_hier(Context& ctx, const CollArgs& a) {
       const auto b = patterns::block(shard.count, N, n);
       s.parts[static_cast<size_t>(n)] = {at(a.recv, shard.begin + b.begin, es), b.count};
     }
-    s.scratch.resize(static_cast<size_t>(N) * s.parts[static_cast<size_t>(me)].count * es + 1);
-    post_peer_reduce_scatter(s.rs, static_cast<uint32_t>(2 * k), peers, me, s.parts, s.scratch.data(), es);
+    s.scratch = ctx.scratch->get(k % 3, static_cast<size_t>(N) * s.parts[static_cast<size_t>(me)].count * es);
+    post_peer_reduce_scatter(s.rs, static_cast<uint32_t>(2 * k), peers, me, s.parts, s.scratch, es);
   };
   auto stage_b_c = [&](size_t k) {  // reduce my sub-block, then post the peers' allgather
     SliceState& s = st[k % 3];
     Piece& mine = s.parts[static_cast<size_t>(me)];
-    finish_peer_reduce_scatter(ctx, s.rs, me, s.parts, s.scratch.data(), mine.ptr, a.dtype, final_stage(a.op),
+    finish_peer_reduce_scatter(ctx, s.rs, me, s.parts, s.scratch, mine.ptr, a.dtype, final_stage(a.op),
                                topo.size);
     post_peer_allgather(s.ag, static_cast<uint32_t>(2 * k + 1), peers, me, s.parts, es);
   };

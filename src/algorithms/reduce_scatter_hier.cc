@@ -14,6 +14,7 @@
 
 #include "algorithms/hier_exchange.h"
 #include "algorithms/node_stages.h"
+#include "algorithms/scratch_pool.h"
 
 namespace smddp::algorithms {
 
@@ -24,7 +25,8 @@ struct SliceState {
   explicit SliceState(Context& ctx) : x(ctx) {}
   NetExchange x;
   patterns::Range range;                 // of the block
-  std::vector<std::byte> partial, scratch;
+  std::byte* partial = nullptr;  // my node's partials of my shard, N blocks
+  std::byte* scratch = nullptr;  // the other nodes' partials of my block
   std::vector<Piece> parts;
 };
 }  // namespace
@@ -48,17 +50,17 @@ void reduce_scatter_hier(Context& ctx, const CollArgs& a) {
         shards[static_cast<size_t>(l)].pieces.push_back({g * a.count + s.range.begin, s.range.count});
       }
     const size_t bytes = static_cast<size_t>(N) * s.range.count * es;
-    s.partial.resize(bytes);
-    s.scratch.resize(bytes);
-    node_reduce_scatter(ctx, a.send, s.partial.data(), shards, a.dtype, partial(a.op, true));
+    s.partial = ctx.scratch->get(2 * (k % 2), bytes);
+    s.scratch = ctx.scratch->get(2 * (k % 2) + 1, bytes);
+    node_reduce_scatter(ctx, a.send, s.partial, shards, a.dtype, partial(a.op, true));
     s.parts.assign(static_cast<size_t>(N), {});
     for (int n = 0; n < N; ++n)
-      s.parts[static_cast<size_t>(n)] = {s.partial.data() + static_cast<size_t>(n) * s.range.count * es, s.range.count};
-    post_peer_reduce_scatter(s.x, static_cast<uint32_t>(k), peers, me, s.parts, s.scratch.data(), es);
+      s.parts[static_cast<size_t>(n)] = {s.partial + static_cast<size_t>(n) * s.range.count * es, s.range.count};
+    post_peer_reduce_scatter(s.x, static_cast<uint32_t>(k), peers, me, s.parts, s.scratch, es);
   };
   auto finish = [&](size_t k) {
     SliceState& s = st[k % 2];
-    finish_peer_reduce_scatter(ctx, s.x, me, s.parts, s.scratch.data(), at(a.recv, s.range.begin, es), a.dtype,
+    finish_peer_reduce_scatter(ctx, s.x, me, s.parts, s.scratch, at(a.recv, s.range.begin, es), a.dtype,
                                final_stage(a.op), topo.size);
   };
   for (size_t k = 0; k < K + 1; ++k) {

@@ -22,6 +22,10 @@ using algorithms::CollKind;
 
 namespace {
 
+// Scratch buffers up to this size stay with the communicator between collectives; larger ones
+// (a one-off huge message through an algorithm that needs scratch of its size) are freed.
+constexpr size_t kScratchKeep = size_t{64} << 20;
+
 // Each rank counts, in the store itself, the communicators it made there under this name. The
 // ranks of a group make theirs in the same order, so the counts agree and a reused store never
 // hands out a stale key; ranks outside the group (subgroups) do not disturb the count.
@@ -64,6 +68,11 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                                         group_config(topo_.local_size()), options_.timeout, topo_.local_ranks());
     net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, topo_.local_rank(), options_.timeout);
     shm_->set_idle_hook([ep = net_.get()] { ep->progress(); });
+    // Scratch buffers are registered with the network once, when made (where the provider
+    // needs registered memory), instead of on every transfer.
+    scratch_ = std::make_unique<algorithms::ScratchPool>(
+        [ep = net_.get()](const void* p, size_t n) { ep->register_region(p, n); },
+        [ep = net_.get()](const void* p, size_t) { ep->unregister_region(p); });
 #else
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": the ranks span " + topo_.describe() +
                           ", but this build has no libfabric transport (SMDDP_WITH_LIBFABRIC=OFF)");
@@ -71,6 +80,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   } else {
     shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(size), options_.timeout);
   }
+  if (!scratch_) scratch_ = std::make_unique<algorithms::ScratchPool>();
   engine_ = std::make_unique<engine::Engine>(options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")));
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
                         << ", transport shm, reduce kernels " << reduce::isa();
@@ -203,8 +213,9 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
                             << " count " << args.count << ' ' << to_string(args.dtype);
     const std::function<void()> watch = [&] { watch_remote(op); };
     algorithms::Context ctx{*shm_, device::host(), op, multi_node_ ? &topo_ : nullptr, net_.get(),
-                            multi_node_ ? &watch : nullptr};
+                            multi_node_ ? &watch : nullptr, scratch_.get()};
     algo.run(ctx, args);
+    scratch_->trim(kScratchKeep);
   } catch (...) {
     fail(std::current_exception());
     throw;

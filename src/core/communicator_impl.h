@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "algorithms/scratch_pool.h"
 #include "algorithms/algorithm.h"
 #include "engine/engine.h"
 #include "smddp/communicator.h"
@@ -68,6 +69,7 @@ class CommunicatorImpl {
   bool multi_node_ = false;
   std::unique_ptr<shm::Group> shm_;         // the ranks of this node
   std::unique_ptr<ofi::Endpoint> net_;      // every rank, when they span nodes
+  std::unique_ptr<algorithms::ScratchPool> scratch_;  // after net_: unregisters before it closes
   std::mutex submit_mu_;  // issue order = sequence order
   uint64_t seq_ = 0;
   uint64_t coll_seq_ = 0;

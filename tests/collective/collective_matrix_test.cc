@@ -257,7 +257,9 @@ RunOptions cross_node_options(const CrossNodeCase& p, std::unique_ptr<NetnsHosts
     if (!hosts->available()) return ro;
     ro.env = {{"FI_TCP_IFACE", "eth0"}};
   } else {
-    ro.env = {{"FI_TCP_IFACE", "lo"}};
+    // Over loopback, buffers are registered as on efa (FI_MR_LOCAL), so the registration paths
+    // (scratch regions, one-off registrations of user buffers) run here too.
+    ro.env = {{"FI_TCP_IFACE", "lo"}, {"SMDDP_OFI_REGISTER", "always"}};
   }
   ro.env.push_back({"SMDDP_HIER_SLICE", "256k"});
   for (int h = 0; h < p.hosts; ++h)

@@ -83,6 +83,53 @@ TEST(OfiEndpoint, UnansweredReceiveTimesOutNamingThePeer) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// Registration (SMDDP_OFI_REGISTER=always, so tcp registers too): a transfer inside a
+// registered region reuses its registration, one outside registers for itself; data arrives
+// either way; GPU memory on a provider opened without FI_HMEM is refused by name.
+TEST(OfiEndpoint, TransfersInsideARegisteredRegionReuseItsRegistration) {
+  RunOptions ro;
+  ro.env = {{"SMDDP_OFI_REGISTER", "always"}, {"FI_TCP_IFACE", "lo"}};
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    ofi::Endpoint ep(*store, rank, w, rank, std::chrono::seconds(30));
+    if (!ep.registers_memory()) rep.fail("SMDDP_OFI_REGISTER=always did not turn registration on");
+    const int peer = 1 - rank;
+    std::vector<uint32_t> region(1 << 16), loose(1 << 10);
+    ep.register_region(region.data(), region.size() * 4);
+    OpInfo op = op_with_timeout(std::chrono::seconds(30));
+    auto exchange = [&](uint32_t* buf, size_t n, uint32_t tag) {
+      for (size_t i = 0; i < n; ++i) buf[i] = static_cast<uint32_t>(rank * 1000 + i);
+      auto r = ep.recv(peer, buf + n, n * 4, tag);  // into the second half of buf
+      auto t = ep.send(peer, buf, n * 4, tag);
+      ep.wait(t, op);
+      ep.wait(r, op);
+      for (size_t i = 0; i < n; ++i)
+        if (buf[n + i] != static_cast<uint32_t>(peer * 1000 + i)) {
+          rep.fail("tag " + std::to_string(tag) + ": wrong data at " + std::to_string(i));
+          break;
+        }
+    };
+    const size_t before = ep.transfer_registrations();
+    exchange(region.data(), region.size() / 2, 1);  // inside the region: no new registrations
+    if (ep.transfer_registrations() != before)
+      rep.fail("transfers inside the region registered " + std::to_string(ep.transfer_registrations() - before) +
+               " times");
+    exchange(loose.data(), loose.size() / 2, 2);  // outside: one send + one receive
+    if (ep.transfer_registrations() != before + 2)
+      rep.fail("transfers outside the region: " + std::to_string(ep.transfer_registrations() - before) +
+               " registrations, expected 2");
+    ep.unregister_region(region.data());
+    exchange(region.data(), region.size() / 2, 3);  // no longer cached
+    if (ep.transfer_registrations() != before + 4) rep.fail("an unregistered region was still used");
+    try {
+      ep.register_region(region.data(), 64, ofi::Endpoint::MemoryKind::cuda, 0);
+      rep.fail("GPU memory registration without FI_HMEM was accepted");
+    } catch (const InvalidArgument& e) {
+      if (std::string(e.what()).find("FI_HMEM") == std::string::npos) rep.fail(std::string("unclear error: ") + e.what());
+    }
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 }  // namespace
 }  // namespace smddp::testing
 

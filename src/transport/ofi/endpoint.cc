@@ -17,6 +17,7 @@
 #include "smddp/errors.h"
 #include "transport/ofi/fid.h"
 #include "transport/ofi/rails.h"
+#include "transport/ofi/region_cache.h"
 
 // libfabric 1.x and 2.x differ in a few spellings; they are settled here and nowhere else.
 #define SMDDP_FI_API FI_VERSION(1, 9)
@@ -117,6 +118,12 @@ struct Endpoint::Impl {
   size_t num_rails = 1;
   size_t max_msg = 0;
   bool need_mr = false;
+  bool hmem = false;  // opened with FI_HMEM: device memory can be registered
+  RegionCache<FidOwner<fid_mr>> regions;
+  size_t transfer_regs = 0;
+  bool prov_key = true;  // FI_MR_PROV_KEY: the provider picks keys; else each needs its own
+  uint64_t next_key = 1;
+  uint64_t mr_key() { return prov_key ? 0 : next_key++; }
   std::mutex mu;  // FI_THREAD_DOMAIN: one thread in the domain at a time
   std::unordered_set<std::shared_ptr<Request>> inflight;
 
@@ -150,6 +157,19 @@ struct Endpoint::Impl {
 
   // Reads completions, then posts the chunks that were refused for lack of room.
   void drive();
+
+  // The memory descriptor of a transfer's buffer where the provider wants one: the cached
+  // region's registration, else one for this transfer alone (held by the request).
+  void describe(Request& r, const void* buf, size_t bytes, uint64_t access) {
+    if (!need_mr || bytes == 0) return;
+    if (const auto* region = regions.find(buf, bytes)) {
+      r.desc = fi_mr_desc(region->get());
+      return;
+    }
+    check("fi_mr_reg", fi_mr_reg(domain.get(), buf, bytes, access, 0, mr_key(), 0, r.mr.out(), nullptr));
+    r.desc = fi_mr_desc(r.mr.get());
+    ++transfer_regs;
+  }
 
   void progress() {
     fi_cq_tagged_entry e[16];
@@ -227,7 +247,9 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   m.num_rails = rails.size();
   m.rail = rails[rail_for(local_rank, rails.size())];
   fi_info* info = entry_for(m.info.get(), m.rail);
-  m.need_mr = (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+  m.need_mr = (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || config::get_string("SMDDP_OFI_REGISTER") == "always";
+  m.hmem = (info->caps & FI_HMEM) != 0;
+  m.prov_key = (info->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
   m.max_msg = info->ep_attr->max_msg_size ? std::min<size_t>(info->ep_attr->max_msg_size, size_t{1} << 30) : size_t{1} << 30;
   check("fi_fabric", fi_fabric(info->fabric_attr, m.fabric.out(), nullptr));
   check("fi_domain", fi_domain(m.fabric.get(), info, m.domain.out(), nullptr));
@@ -283,9 +305,7 @@ Endpoint::Handle Endpoint::send(int peer, const void* buf, size_t bytes, uint32_
   proto.first_tag = make_tag(impl_->rank, tag, 0);
   auto r = make_request(std::move(proto), impl_->max_msg);
   std::lock_guard<std::mutex> g(impl_->mu);
-  if (impl_->need_mr && bytes)
-    check("fi_mr_reg", fi_mr_reg(impl_->domain.get(), buf, bytes, FI_SEND, 0, 0, 0, r->mr.out(), nullptr));
-  if (r->mr.get()) r->desc = fi_mr_desc(r->mr.get());
+  impl_->describe(*r, buf, bytes, FI_SEND);
   impl_->inflight.insert(r);
   impl_->post(r);
   return r;
@@ -300,9 +320,7 @@ Endpoint::Handle Endpoint::recv(int peer, void* buf, size_t bytes, uint32_t tag)
   proto.first_tag = make_tag(peer, tag, 0);
   auto r = make_request(std::move(proto), impl_->max_msg);
   std::lock_guard<std::mutex> g(impl_->mu);
-  if (impl_->need_mr && bytes)
-    check("fi_mr_reg", fi_mr_reg(impl_->domain.get(), buf, bytes, FI_RECV, 0, 0, 0, r->mr.out(), nullptr));
-  if (r->mr.get()) r->desc = fi_mr_desc(r->mr.get());
+  impl_->describe(*r, buf, bytes, FI_RECV);
   impl_->inflight.insert(r);
   impl_->post(r);
   return r;
@@ -317,6 +335,39 @@ void Endpoint::Impl::drive() {
     const bool quiet = r->completed + r->failed == r->posted && (r->posted == r->nchunks || !r->error.empty());
     it = quiet ? inflight.erase(it) : std::next(it);
   }
+}
+
+void Endpoint::register_region(const void* buf, size_t bytes, MemoryKind kind, int device) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  Impl& m = *impl_;
+  if (kind == MemoryKind::cuda && !m.hmem)
+    throw InvalidArgument("smddp: libfabric provider " + m.provider + " (rail " + m.rail +
+                          ") was not opened with FI_HMEM: it cannot register GPU memory (device " +
+                          std::to_string(device) + ")");
+  if (bytes == 0 || (kind == MemoryKind::host && !m.need_mr)) return;
+  iovec iov{const_cast<void*>(buf), bytes};
+  fi_mr_attr attr{};
+  attr.mr_iov = &iov;
+  attr.iov_count = 1;
+  attr.access = FI_SEND | FI_RECV;
+  attr.requested_key = m.mr_key();
+  attr.iface = kind == MemoryKind::cuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
+  if (kind == MemoryKind::cuda) attr.device.cuda = device;
+  FidOwner<fid_mr> mr;
+  check("fi_mr_regattr", fi_mr_regattr(m.domain.get(), &attr, 0, mr.out()));
+  m.regions.add(buf, bytes, std::move(mr));  // a replaced registration closes here
+}
+
+void Endpoint::unregister_region(const void* buf) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->regions.remove(buf);  // closes it
+}
+
+bool Endpoint::registers_memory() const { return impl_->need_mr; }
+
+size_t Endpoint::transfer_registrations() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->transfer_regs;
 }
 
 void Endpoint::progress() {

@@ -47,6 +47,20 @@ class Endpoint {
   // until the request is done.
   Handle send(int peer, const void* buf, size_t bytes, uint32_t tag);
   Handle recv(int peer, void* buf, size_t bytes, uint32_t tag);
+  // --- memory registration ---
+  enum class MemoryKind { host, cuda };
+  // Registers [buf, buf + bytes) until unregister_region(buf): transfers that lie inside it use
+  // this registration instead of one of their own (region_cache.h). For memory whose lifetime
+  // the caller controls (the communicator's scratch). Host memory: a no-op unless the provider
+  // wants registered buffers (FI_MR_LOCAL, e.g. efa; or SMDDP_OFI_REGISTER=always). GPU memory
+  // (kind cuda, `device` the CUDA ordinal) is registered through FI_HMEM and needs a provider
+  // opened with it; otherwise InvalidArgument names the provider.
+  void register_region(const void* buf, size_t bytes, MemoryKind kind = MemoryKind::host, int device = 0);
+  void unregister_region(const void* buf);
+  bool registers_memory() const;
+  // Registrations made for single transfers so far (a buffer outside every region).
+  size_t transfer_registrations() const;
+
   // Reads completions; true once `h` is done. Throws SystemError on a completion error.
   bool test(const Handle& h);
   // Reads completions and posts what waits to be posted, for every request (errors stay with
