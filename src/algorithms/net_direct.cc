@@ -93,6 +93,8 @@ void reduce_net_direct(Context& ctx, const CollArgs& a) {
   for (size_t c = 0; c < patterns::num_chunks(a.count, slice); ++c, ++step) {
     const auto s = patterns::chunk_at(a.count, slice, c);
     if (me != a.root) {
+      if (c == 0) x.await_ready(a.root);  // the root is in this reduce (flow control)
+      x.wait();
       x.send(a.root, at(a.send, s.begin, es), s.count * es, step);
       x.wait();
       continue;
@@ -105,6 +107,7 @@ void reduce_net_direct(Context& ctx, const CollArgs& a) {
       }
       std::byte* tmp = scratch.data() + static_cast<size_t>(j) * s.count * es;
       x.recv(j, tmp, s.count * es, step);
+      if (c == 0) x.ready(j);
       srcs[static_cast<size_t>(j)] = tmp;
     }
     x.wait();
@@ -125,15 +128,25 @@ void allgather_net_direct(Context& ctx, const CollArgs& a) {
   x.wait();
 }
 
+// The one-way collectives (broadcast, scatter, reduce, gather) start with the receivers' ready
+// tokens (NetExchange::ready): the sending side waits for them before its data goes out.
+void await_all_ready(NetExchange& x, int me, int G) {
+  for (int j = 0; j < G; ++j)
+    if (j != me) x.await_ready(j);
+  x.wait();
+}
+
 void broadcast_net_direct(Context& ctx, const CollArgs& a) {
   const auto [me, G] = global(ctx);
   NetExchange x(ctx);
   const size_t bytes = a.count * dtype_size(a.dtype);
   if (me == a.root) {
+    await_all_ready(x, me, G);
     for (int j = 0; j < G; ++j)
       if (j != me) x.send(j, a.recv, bytes, 0);
   } else {
     x.recv(a.root, a.recv, bytes, 0);
+    x.ready(a.root);
   }
   x.wait();
 }
@@ -143,11 +156,17 @@ void gather_net_direct(Context& ctx, const CollArgs& a) {
   const size_t es = dtype_size(a.dtype);
   NetExchange x(ctx);
   if (me != a.root) {
+    x.await_ready(a.root);
+    x.wait();
     x.send(a.root, a.send, a.count * es, 0);
   } else {
     for (int j = 0; j < G; ++j) {
-      if (j == me) ctx.dev.copy(at(a.recv, static_cast<size_t>(j) * a.count, es), a.send, a.count * es);
-      else x.recv(j, at(a.recv, static_cast<size_t>(j) * a.count, es), a.count * es, 0);
+      if (j == me) {
+        ctx.dev.copy(at(a.recv, static_cast<size_t>(j) * a.count, es), a.send, a.count * es);
+        continue;
+      }
+      x.recv(j, at(a.recv, static_cast<size_t>(j) * a.count, es), a.count * es, 0);
+      x.ready(j);
     }
   }
   x.wait();
@@ -159,7 +178,9 @@ void scatter_net_direct(Context& ctx, const CollArgs& a) {
   NetExchange x(ctx);
   if (me != a.root) {
     x.recv(a.root, a.recv, a.count * es, 0);
+    x.ready(a.root);
   } else {
+    await_all_ready(x, me, G);
     for (int j = 0; j < G; ++j) {
       if (j == me) ctx.dev.copy(a.recv, at(a.send, static_cast<size_t>(j) * a.count, es), a.count * es);
       else x.send(j, at(a.send, static_cast<size_t>(j) * a.count, es), a.count * es, 0);

@@ -22,6 +22,15 @@ class NetExchange {
   void recv(int peer, void* buf, size_t bytes, uint32_t step) {
     pending_.push_back(ep_.recv(peer, buf, bytes, tag(step)));
   }
+  // Flow control for one-way collectives (broadcast and scatter from the root, reduce and gather
+  // to it): a receiver posts its receive, then tells the sender it is ready; the sender waits for
+  // that before sending. Without it a sender whose sends complete locally (eager messages) could
+  // run any number of collectives ahead of a slow receiver, each one held by the receiver's
+  // provider as unexpected messages: memory without bound. With it a sender is at most one
+  // collective ahead, and the only message that can arrive unexpected is the 0-byte token.
+  void ready(int sender) { pending_.push_back(ep_.send(sender, nullptr, 0, ready_tag())); }
+  void await_ready(int receiver) { pending_.push_back(ep_.recv(receiver, nullptr, 0, ready_tag())); }
+
   // Waits for everything posted so far (deadline: the operation's).
   void wait() {
     for (auto& h : pending_) ep_.wait(h, op_, watch_);
@@ -29,10 +38,11 @@ class NetExchange {
   }
 
  private:
-  // Bit 31 marks collective traffic; point-to-point tags stay below it.
-  uint32_t tag(uint32_t step) const {
-    return 0x80000000u | static_cast<uint32_t>((op_.coll_seq & 0x7FFFF) << 12) | (step & 0xFFF);
-  }
+  // Bit 31 marks collective traffic; point-to-point tags stay below it. Steps wrap below 0xFFF,
+  // which is the ready token's.
+  uint32_t tag(uint32_t step) const { return base() | (step % 0xFFF); }
+  uint32_t ready_tag() const { return base() | 0xFFF; }
+  uint32_t base() const { return 0x80000000u | static_cast<uint32_t>((op_.coll_seq & 0x7FFFF) << 12); }
   ofi::Endpoint& ep_;
   const OpInfo& op_;
   const std::function<void()>* watch_;

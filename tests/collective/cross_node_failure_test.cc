@@ -56,6 +56,47 @@ TEST(CrossNodeFailure, KilledRankIsNamedOnEveryNode) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// One-way collectives across nodes (broadcast, scatter from the root; reduce, gather to it)
+// must not let the sending side run ahead of a receiver: every collective it got ahead by would
+// sit in the receiver's provider as unexpected messages, without bound. So while the receiving
+// ranks sleep, the root's 200 broadcasts (and the senders' 200 reduces) cannot all complete.
+TEST(CrossNodeFlowControl, SendersCannotRunAheadOfReceivers) {
+  NetnsHosts hosts(2);
+  RunOptions ro = hosts_options(hosts.available() ? &hosts : nullptr, 2, 1);
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = std::chrono::seconds(60);
+    Communicator c(store, rank, w, o);
+    c.barrier().wait();
+    constexpr int kCalls = 200;
+    const auto pause = std::chrono::milliseconds(800);
+    for (int pass = 0; pass < 2; ++pass) {  // 0: broadcast from rank 0; 1: reduce to rank 1
+      const bool sends = rank == 0;  // the root of the broadcast, a non-root of the reduce
+      const auto t0 = std::chrono::steady_clock::now();
+      if (!sends) std::this_thread::sleep_for(pause);
+      for (int i = 0; i < kCalls; ++i) {
+        int32_t v = sends ? i * 7 + pass : -1, out = -1;
+        if (pass == 0) c.broadcast(&v, 1, DataType::i32, 0).wait();
+        else c.reduce(&v, rank == 1 ? &out : nullptr, 1, DataType::i32, ReduceOp::sum, 1).wait();
+        const int32_t got = pass == 0 ? v : out;
+        if (!sends && got != (pass == 0 ? i * 7 : i * 7 + pass - 1)) {
+          rep.fail("call " + std::to_string(i) + " got " + std::to_string(got));
+          break;
+        }
+      }
+      const auto took = std::chrono::steady_clock::now() - t0;
+      // The sender ran no more than one collective ahead: it finished after the receiver woke.
+      if (sends && took < pause / 2)
+        rep.fail(std::string(pass == 0 ? "broadcast" : "reduce") + ": the sending rank finished " +
+                 std::to_string(kCalls) + " calls in " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
+                 " ms while the receiver slept " + std::to_string(pause.count()) + " ms");
+      c.barrier().wait();
+    }
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // Bytes each host sent over its link while every rank ran `coll` (16 MiB of data) with `algo`.
 // TCP retransmissions (the veths drop packets when both cores are saturated) add resent bytes
 // that say nothing about the algorithm, and only ever add: a run that saw any is repeated (three
