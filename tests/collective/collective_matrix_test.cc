@@ -242,6 +242,7 @@ TEST_P(CollectiveMatrix, LargeCount) { run_matrix(GetParam(), true); }
 struct CrossNodeCase {
   int hosts, per_host;
   bool netns;
+  bool rma = false;  // collective messages from 4 KiB by RMA write (SMDDP_OFI_RMA)
 };
 
 class CrossNode : public ::testing::TestWithParam<CrossNodeCase> {};
@@ -262,6 +263,7 @@ RunOptions cross_node_options(const CrossNodeCase& p, std::unique_ptr<NetnsHosts
     ro.env = {{"FI_TCP_IFACE", "lo"}, {"SMDDP_OFI_REGISTER", "always"}};
   }
   ro.env.push_back({"SMDDP_HIER_SLICE", "256k"});
+  if (p.rma) ro.env.push_back({"SMDDP_OFI_RMA", "4k"});
   for (int h = 0; h < p.hosts; ++h)
     for (int i = 0; i < p.per_host; ++i) {
       ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
@@ -373,10 +375,10 @@ TEST(CrossNodeLarge, EveryCollectiveAtALargeCount) {
 
 INSTANTIATE_TEST_SUITE_P(Hosts, CrossNode,
                          ::testing::Values(CrossNodeCase{2, 2, false}, CrossNodeCase{2, 2, true},
-                                           CrossNodeCase{3, 2, true}),
+                                           CrossNodeCase{3, 2, true}, CrossNodeCase{2, 2, true, true}),
                          [](const auto& i) {
                            return std::to_string(i.param.hosts) + "x" + std::to_string(i.param.per_host) +
-                                  (i.param.netns ? "_netns" : "_loopback");
+                                  (i.param.netns ? "_netns" : "_loopback") + (i.param.rma ? "_rma" : "");
                          });
 
 INSTANTIATE_TEST_SUITE_P(World, CollectiveMatrix, ::testing::Values(1, 2, 3, 4, 5, 8),

@@ -4,12 +4,14 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/config.h"
@@ -45,12 +47,12 @@ void check(const char* what, ssize_t rc) {
   if (rc != 0) throw SystemError(fi_error(what, rc));
 }
 
-InfoOwner hints_for(const char* provider) {
+InfoOwner hints_for(const char* provider, bool rma) {
   InfoOwner hints(fi_allocinfo());
   if (!hints.get()) throw SystemError("smddp: fi_allocinfo failed");
   fi_info* h = hints.get();
   h->ep_attr->type = FI_EP_RDM;
-  h->caps = FI_TAGGED;
+  h->caps = FI_TAGGED | (rma ? FI_RMA : 0);
   h->mode = SMDDP_FI_MODE;
   h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   h->domain_attr->threading = FI_THREAD_DOMAIN;
@@ -58,11 +60,23 @@ InfoOwner hints_for(const char* provider) {
   return hints;
 }
 
-InfoOwner getinfo(const char* provider) {
-  InfoOwner hints = hints_for(provider);
+// rma: also RMA writes with remote completion data (at least 4 bytes of it).
+InfoOwner getinfo(const char* provider, bool rma = false) {
+  InfoOwner hints = hints_for(provider, rma);
   InfoOwner info;
   if (fi_getinfo(SMDDP_FI_API, nullptr, nullptr, 0, hints.get(), info.out()) != 0) return InfoOwner();
+  if (rma && info.get() && info.get()->domain_attr->cq_data_size < 4) return InfoOwner();
   return info;
+}
+
+// The chunk index that marks an RMA ticket (chunks of data stay below it).
+constexpr uint64_t kTicketChunk = (uint64_t{1} << kChunkBits) - 1;
+
+// Collective messages of at least this size go by RMA write where enabled (SMDDP_OFI_RMA).
+size_t rma_threshold() {
+  const std::string v = config::get_string("SMDDP_OFI_RMA");
+  if (v.empty() || v == "off" || v == "0") return 0;
+  return static_cast<size_t>(std::max<int64_t>(1, config::get_int("SMDDP_OFI_RMA")));
 }
 
 }  // namespace
@@ -89,19 +103,46 @@ struct ChunkCtx {
   Endpoint::Request* req;
 };
 
+// What the receiver of an RMA transfer tells its sender: where to write, and the id its remote
+// completions will carry.
+struct RmaTicket {
+  uint64_t addr = 0, key = 0;
+  uint32_t id = 0, pad = 0;
+};
+
+// A transfer. Tagged: `nchunks` sends or receives, one context each. RMA (collective messages
+// of at least SMDDP_OFI_RMA bytes): the receiver registers its buffer for remote writes and
+// injects a ticket to the sender; the sender receives the ticket (context 0), then writes the
+// chunks with remote completion data (contexts 1..nchunks); the receiver is done when all
+// `nchunks` remote completions carrying its id have arrived.
 struct Endpoint::Request {
   bool is_send = true;
+  bool rma = false;
   int peer = -1;
   const std::byte* sbuf = nullptr;
   std::byte* rbuf = nullptr;
   size_t bytes = 0;
-  uint64_t first_tag = 0;
-  size_t nchunks = 1, posted = 0, completed = 0, failed = 0;
-  std::vector<ChunkCtx> ctx;
+  uint64_t first_tag = 0, ticket_tag = 0;
+  size_t nchunks = 1, ops = 1, posted = 0, completed = 0, failed = 0;
+  size_t remote_done = 0;     // RMA receiver: chunks written into rbuf
+  bool ticket_sent = false;   // RMA receiver
+  RmaTicket ticket;
+  std::vector<ChunkCtx> ctx;  // one per operation this request posts
   FidOwner<fid_mr> mr;
   void* desc = nullptr;
+  FidOwner<fid_mr> ticket_mr;  // RMA sender, where buffers need registering
+  void* ticket_desc = nullptr;
   std::string error;
-  bool done() const { return completed == nchunks || !error.empty(); }
+  bool done() const {
+    if (!error.empty()) return true;
+    if (rma && !is_send) return ticket_sent && remote_done == nchunks;
+    return completed == ops;
+  }
+  // libfabric holds none of this request's contexts or registrations any more.
+  bool quiet() const {
+    const bool ours = completed + failed == posted && (posted == ops || !error.empty());
+    return ours && (!(rma && !is_send) || done());
+  }
 };
 
 struct Endpoint::Impl {
@@ -124,6 +165,10 @@ struct Endpoint::Impl {
   bool prov_key = true;  // FI_MR_PROV_KEY: the provider picks keys; else each needs its own
   uint64_t next_key = 1;
   uint64_t mr_key() { return prov_key ? 0 : next_key++; }
+  size_t rma_min = 0;  // 0: no RMA
+  bool virt_addr = false;  // FI_MR_VIRT_ADDR: RMA addresses are virtual, else region offsets
+  uint32_t next_rma_id = 1;
+  std::unordered_map<uint32_t, std::weak_ptr<Request>> rma_targets;  // RMA receivers by id
   std::mutex mu;  // FI_THREAD_DOMAIN: one thread in the domain at a time
   std::unordered_set<std::shared_ptr<Request>> inflight;
 
@@ -132,7 +177,12 @@ struct Endpoint::Impl {
     inflight.clear();
   }
 
+  void fail(Request& r, const char* what, ssize_t rc) {
+    r.error = fi_error(what, rc) + " (peer rank " + std::to_string(r.peer) + ")";
+  }
+
   void post(const std::shared_ptr<Request>& r) {
+    if (r->rma) return post_rma(*r);
     while (r->posted < r->nchunks && r->error.empty()) {
       const size_t i = r->posted;
       const size_t off = i * max_msg;
@@ -147,11 +197,40 @@ struct Endpoint::Impl {
         progress();  // the provider wants its queue drained first
         return;
       }
-      if (rc != 0) {
-        r->error = fi_error(r->is_send ? "fi_tsend" : "fi_trecv", rc) + " (peer rank " + std::to_string(r->peer) + ")";
-        return;
-      }
+      if (rc != 0) return fail(*r, r->is_send ? "fi_tsend" : "fi_trecv", rc);
       ++r->posted;
+    }
+  }
+
+  void post_rma(Request& r) {
+    if (!r.error.empty()) return;
+    ssize_t rc = 0;
+    if (!r.is_send) {  // the ticket goes out once; the data arrives by itself
+      if (r.ticket_sent) return;
+      rc = fi_tinject(ep.get(), &r.ticket, sizeof r.ticket, addrs[static_cast<size_t>(r.peer)], r.ticket_tag);
+      if (rc == -FI_EAGAIN) return progress();
+      if (rc != 0) return fail(r, "fi_tinject (RMA ticket)", rc);
+      r.ticket_sent = true;
+      return;
+    }
+    if (r.posted == 0) {
+      r.ctx[0].req = &r;
+      rc = fi_trecv(ep.get(), &r.ticket, sizeof r.ticket, r.ticket_desc, FI_ADDR_UNSPEC, r.ticket_tag, 0, &r.ctx[0].ctx);
+      if (rc == -FI_EAGAIN) return progress();
+      if (rc != 0) return fail(r, "fi_trecv (RMA ticket)", rc);
+      r.posted = 1;
+    }
+    if (r.completed == 0) return;  // no ticket yet: the receiver has not posted its buffer
+    while (r.posted < r.ops) {
+      const size_t i = r.posted - 1, off = i * max_msg;
+      const size_t len = std::min(max_msg, r.bytes - std::min(r.bytes, off));
+      ChunkCtx& c = r.ctx[r.posted];
+      c.req = &r;
+      rc = fi_writedata(ep.get(), r.sbuf + off, len, r.desc, r.ticket.id, addrs[static_cast<size_t>(r.peer)],
+                        r.ticket.addr + off, r.ticket.key, &c.ctx);
+      if (rc == -FI_EAGAIN) return progress();
+      if (rc != 0) return fail(r, "fi_writedata", rc);
+      ++r.posted;
     }
   }
 
@@ -191,7 +270,15 @@ struct Endpoint::Impl {
         continue;
       }
       if (n < 0) throw SystemError(fi_error("fi_cq_read", n));
-      for (ssize_t k = 0; k < n; ++k) reinterpret_cast<ChunkCtx*>(e[k].op_context)->req->completed++;
+      for (ssize_t k = 0; k < n; ++k) {
+        if (e[k].flags & FI_REMOTE_CQ_DATA) {  // a chunk written into one of our RMA receives
+          auto it = rma_targets.find(static_cast<uint32_t>(e[k].data));
+          if (it != rma_targets.end())
+            if (auto r = it->second.lock()) r->remote_done++;
+          continue;
+        }
+        reinterpret_cast<ChunkCtx*>(e[k].op_context)->req->completed++;
+      }
     }
   }
 };
@@ -221,8 +308,20 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   if (forced.empty() && std::getenv("FI_PROVIDER")) forced = std::getenv("FI_PROVIDER");
   if (!forced.empty()) candidates = {forced};
   else candidates = {"efa", "tcp;ofi_rxm", "tcp", "sockets"};
+  m.rma_min = rma_threshold();
+  const size_t rma_wanted = m.rma_min;
   for (const auto& c : candidates) {
-    m.info = getinfo(c.c_str());
+    // With SMDDP_OFI_RMA, a provider with RMA writes (and remote completion data) first; one
+    // without them still serves, tagged only.
+    m.rma_min = rma_wanted;
+    if (rma_wanted) m.info = getinfo(c.c_str(), true);
+    if (!m.info.get()) {
+      m.rma_min = 0;
+      m.info = getinfo(c.c_str());
+      if (rma_wanted && m.info.get()) {
+        SMDDP_LOG(INFO, rank) << "libfabric provider " << c << ": no RMA writes with remote data here, tagged only";
+      }
+    }
     if (m.info.get()) {
       m.provider = c;
       break;
@@ -250,6 +349,7 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   m.need_mr = (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || config::get_string("SMDDP_OFI_REGISTER") == "always";
   m.hmem = (info->caps & FI_HMEM) != 0;
   m.prov_key = (info->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
+  m.virt_addr = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
   m.max_msg = info->ep_attr->max_msg_size ? std::min<size_t>(info->ep_attr->max_msg_size, size_t{1} << 30) : size_t{1} << 30;
   check("fi_fabric", fi_fabric(info->fabric_attr, m.fabric.out(), nullptr));
   check("fi_domain", fi_domain(m.fabric.get(), info, m.domain.out(), nullptr));
@@ -278,7 +378,9 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   }
   SMDDP_LOG(INFO, rank) << "libfabric " << runtime_version() << ": provider " << m.provider << " ("
                         << info->fabric_attr->name << "), rail " << m.rail << " (" << m.num_rails
-                        << (m.num_rails == 1 ? " rail" : " rails") << " on this node), max message "
+                        << (m.num_rails == 1 ? " rail" : " rails") << " on this node)"
+                        << (m.rma_min ? ", RMA writes from " + std::to_string(m.rma_min) + " B" : std::string())
+                        << ", max message "
                         << m.max_msg << " B" << (m.need_mr ? ", local memory registration" : "");
 }
 
@@ -291,49 +393,84 @@ size_t Endpoint::max_message() const { return impl_->max_msg; }
 static std::shared_ptr<Endpoint::Request> make_request(Endpoint::Request proto, size_t max_msg) {
   auto r = std::make_shared<Endpoint::Request>(std::move(proto));
   r->nchunks = std::max<size_t>(1, (r->bytes + max_msg - 1) / max_msg);
-  if (r->nchunks >= (size_t{1} << kChunkBits)) throw InvalidArgument("smddp: message too large for the libfabric transport");
-  r->ctx.resize(r->nchunks);
+  if (r->nchunks >= kTicketChunk) throw InvalidArgument("smddp: message too large for the libfabric transport");
+  // Operations with contexts of ours: the chunks; an RMA sender also its ticket's receive; an
+  // RMA receiver none (its ticket is injected, its data arrives as remote completions).
+  r->ops = !r->rma ? r->nchunks : r->is_send ? r->nchunks + 1 : 0;
+  r->ctx.resize(r->ops);
   return r;
 }
 
+// RMA only for collective traffic (tag bit 31), where both sides post the same size.
+static bool use_rma(size_t rma_min, size_t bytes, uint32_t tag) {
+  return rma_min && bytes >= rma_min && (tag & 0x80000000u);
+}
+
 Endpoint::Handle Endpoint::send(int peer, const void* buf, size_t bytes, uint32_t tag) {
+  Impl& m = *impl_;
   Request proto;
   proto.is_send = true;
+  proto.rma = use_rma(m.rma_min, bytes, tag);
   proto.peer = peer;
   proto.sbuf = static_cast<const std::byte*>(buf);
   proto.bytes = bytes;
-  proto.first_tag = make_tag(impl_->rank, tag, 0);
-  auto r = make_request(std::move(proto), impl_->max_msg);
-  std::lock_guard<std::mutex> g(impl_->mu);
-  impl_->describe(*r, buf, bytes, FI_SEND);
-  impl_->inflight.insert(r);
-  impl_->post(r);
+  proto.first_tag = make_tag(m.rank, tag, 0);
+  proto.ticket_tag = make_tag(peer, tag, kTicketChunk);  // the receiver sends the ticket
+  auto r = make_request(std::move(proto), m.max_msg);
+  std::lock_guard<std::mutex> g(m.mu);
+  m.describe(*r, buf, bytes, r->rma ? FI_WRITE : FI_SEND);
+  if (r->rma && m.need_mr) {
+    check("fi_mr_reg (RMA ticket)", fi_mr_reg(m.domain.get(), &r->ticket, sizeof r->ticket, FI_RECV, 0, m.mr_key(), 0,
+                                              r->ticket_mr.out(), nullptr));
+    r->ticket_desc = fi_mr_desc(r->ticket_mr.get());
+  }
+  m.inflight.insert(r);
+  m.post(r);
   return r;
 }
 
 Endpoint::Handle Endpoint::recv(int peer, void* buf, size_t bytes, uint32_t tag) {
+  Impl& m = *impl_;
   Request proto;
   proto.is_send = false;
+  proto.rma = use_rma(m.rma_min, bytes, tag);
   proto.peer = peer;
   proto.rbuf = static_cast<std::byte*>(buf);
   proto.bytes = bytes;
   proto.first_tag = make_tag(peer, tag, 0);
-  auto r = make_request(std::move(proto), impl_->max_msg);
-  std::lock_guard<std::mutex> g(impl_->mu);
-  impl_->describe(*r, buf, bytes, FI_RECV);
-  impl_->inflight.insert(r);
-  impl_->post(r);
+  proto.ticket_tag = make_tag(m.rank, tag, kTicketChunk);
+  auto r = make_request(std::move(proto), m.max_msg);
+  std::lock_guard<std::mutex> g(m.mu);
+  if (r->rma) {
+    // The sender writes straight into buf: it is registered for remote writes whatever the
+    // provider's local registration needs, and named in the ticket.
+    check("fi_mr_reg (RMA target)",
+          fi_mr_reg(m.domain.get(), buf, bytes, FI_REMOTE_WRITE, 0, m.mr_key(), 0, r->mr.out(), nullptr));
+    if (m.next_rma_id == 0) ++m.next_rma_id;
+    r->ticket.id = m.next_rma_id++;
+    r->ticket.addr = m.virt_addr ? reinterpret_cast<uint64_t>(buf) : 0;
+    r->ticket.key = fi_mr_key(r->mr.get());
+    m.rma_targets[r->ticket.id] = r;
+  } else {
+    m.describe(*r, buf, bytes, FI_RECV);
+  }
+  m.inflight.insert(r);
+  m.post(r);
   return r;
 }
 
 void Endpoint::Impl::drive() {
   progress();
   for (auto it = inflight.begin(); it != inflight.end();) {
-    if ((*it)->posted < (*it)->nchunks && (*it)->error.empty()) post(*it);
-    // Forget a request only once libfabric holds none of its chunk contexts any more.
     const auto& r = *it;
-    const bool quiet = r->completed + r->failed == r->posted && (r->posted == r->nchunks || !r->error.empty());
-    it = quiet ? inflight.erase(it) : std::next(it);
+    if (r->error.empty() && (r->rma ? !r->done() : r->posted < r->ops)) post(r);
+    // Forget a request only once libfabric holds none of its contexts any more.
+    if (!r->quiet()) {
+      ++it;
+      continue;
+    }
+    if (r->rma && !r->is_send) rma_targets.erase(r->ticket.id);
+    it = inflight.erase(it);
   }
 }
 
@@ -349,7 +486,7 @@ void Endpoint::register_region(const void* buf, size_t bytes, MemoryKind kind, i
   fi_mr_attr attr{};
   attr.mr_iov = &iov;
   attr.iov_count = 1;
-  attr.access = FI_SEND | FI_RECV;
+  attr.access = FI_SEND | FI_RECV | (m.rma_min ? FI_WRITE : 0);
   attr.requested_key = m.mr_key();
   attr.iface = kind == MemoryKind::cuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
   if (kind == MemoryKind::cuda) attr.device.cuda = device;
