@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The between-hosts scenario: 2 network-namespace hosts x 2 ranks, smddp-perf across them over
+# The between-hosts scenario: 2 network-namespace hosts x L ranks (2), smddp-perf across them over
 # libfabric's tcp provider, beside iperf3 on the same kind of link. Run as root:
 #   benchmarks/netns_scenario.sh [--rate 10gbit] [--coll allreduce|allgather|reduce_scatter]
-#                                [--algo NAME] [--perf PATH] [--sizes "-b 64K -e 64M -f 4"] [OUT.md]
+#                                [--algo NAME] [--perf PATH] [--sizes "-b 64K -e 64M -f 4"]
+#                                [--per-host L] [OUT.md]
+# SMDDP_* variables of the caller (SMDDP_OFI_RMA, SMDDP_HIER_SLICE, ...) reach the ranks.
 # Builds nothing: needs build/host/benchmarks/smddp-perf (cmake --build build/host), or --perf
 # naming another build's (to compare two builds in one sitting).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rate="" out="" coll=allreduce algo="" perf=build/host/benchmarks/smddp-perf sizes="-b 64K -e 64M -f 4"
+rate="" out="" coll=allreduce algo="" perf=build/host/benchmarks/smddp-perf sizes="-b 64K -e 64M -f 4" per_host=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --rate) rate=$2; shift 2 ;;
@@ -15,6 +17,7 @@ while [ $# -gt 0 ]; do
     --algo) algo=$2; shift 2 ;;
     --perf) perf=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
+    --per-host) per_host=$2; shift 2 ;;
     *) out=$1; shift ;;
   esac
 done
@@ -24,14 +27,15 @@ id=$(tools/netns up 2 ${rate:+--rate $rate})
 store=$(mktemp -d)
 logs=$(mktemp -d)
 trap 'tools/netns down $id; rm -rf "$store" "$logs"' EXIT
-for r in 0 1 2 3; do
-  h=$((r / 2))
-  tools/netns exec "$id" $h -- env RANK=$r WORLD_SIZE=4 SMDDP_NODE_ID=host$h SMDDP_PERF_STORE="$store" \
+world=$((2 * per_host))
+for ((r = 0; r < world; r++)); do
+  h=$((r / per_host))
+  tools/netns exec "$id" $h -- env RANK=$r WORLD_SIZE=$world SMDDP_NODE_ID=host$h SMDDP_PERF_STORE="$store" \
     FI_TCP_IFACE=eth0 $perf -c "$coll" ${algo:+-a $algo} -w 2 -n 5 $sizes >"$logs/$r" 2>&1 &
 done
 wait
 {
-  echo "# 2 namespace hosts x 2 ranks, $coll over libfabric (link: ${rate:-unshaped})"
+  echo "# 2 namespace hosts x $per_host ranks, $coll over libfabric (link: ${rate:-unshaped})"
   echo
   echo "$iperf (same kind of link, same machine, just before)"
   echo
