@@ -375,7 +375,8 @@ TEST(CrossNodeLarge, EveryCollectiveAtALargeCount) {
 
 INSTANTIATE_TEST_SUITE_P(Hosts, CrossNode,
                          ::testing::Values(CrossNodeCase{2, 2, false}, CrossNodeCase{2, 2, true},
-                                           CrossNodeCase{3, 2, true}, CrossNodeCase{2, 2, true, true}),
+                                           CrossNodeCase{3, 2, true}, CrossNodeCase{2, 2, true, true},
+                                           CrossNodeCase{3, 1, true}),
                          [](const auto& i) {
                            return std::to_string(i.param.hosts) + "x" + std::to_string(i.param.per_host) +
                                   (i.param.netns ? "_netns" : "_loopback") + (i.param.rma ? "_rma" : "");
