@@ -60,12 +60,22 @@ InfoOwner hints_for(const char* provider, bool rma) {
   return hints;
 }
 
-// rma: also RMA writes with remote completion data (at least 4 bytes of it).
+// What the receiver of an RMA transfer tells its sender: where to write, and the id its remote
+// completions will carry.
+struct RmaTicket {
+  uint64_t addr = 0, key = 0;
+  uint32_t id = 0, pad = 0;
+};
+
+// rma: also RMA writes with remote completion data (at least 4 bytes of it), and injects big
+// enough for a ticket.
 InfoOwner getinfo(const char* provider, bool rma = false) {
   InfoOwner hints = hints_for(provider, rma);
   InfoOwner info;
   if (fi_getinfo(SMDDP_FI_API, nullptr, nullptr, 0, hints.get(), info.out()) != 0) return InfoOwner();
-  if (rma && info.get() && info.get()->domain_attr->cq_data_size < 4) return InfoOwner();
+  if (rma && info.get() &&
+      (info.get()->domain_attr->cq_data_size < 4 || info.get()->tx_attr->inject_size < sizeof(RmaTicket)))
+    return InfoOwner();
   return info;
 }
 
@@ -101,13 +111,6 @@ std::vector<std::string> rdm_providers() {
 struct ChunkCtx {
   fi_context2 ctx;  // first member: libfabric hands back &ctx as op_context
   Endpoint::Request* req;
-};
-
-// What the receiver of an RMA transfer tells its sender: where to write, and the id its remote
-// completions will carry.
-struct RmaTicket {
-  uint64_t addr = 0, key = 0;
-  uint32_t id = 0, pad = 0;
 };
 
 // A transfer. Tagged: `nchunks` sends or receives, one context each. RMA (collective messages
