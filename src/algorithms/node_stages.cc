@@ -26,6 +26,13 @@ void node_reduce_scatter(Context& ctx, const void* send, void* dst, const ShardM
   const size_t es = dtype_size(t), chunk = std::max<size_t>(1, slot_elems(ctx, t, L));
   const Shard& mine = shards[static_cast<size_t>(me)];
   const size_t my_count = mine.count();
+  if (L == 1) {  // alone on the node: one pass from the input (premul_sum still scales), no rounds
+    for_each_piece(mine, 0, my_count, [&](size_t b, size_t s, size_t n) {
+      const void* src[1] = {at(send, b, es)};
+      ctx.dev.reduce({at(dst, s, es), src, 1, n, t, op, 1});
+    });
+    return;
+  }
   std::vector<const void*> srcs(static_cast<size_t>(L));
   for (size_t c = 0; c < patterns::num_chunks(longest(shards), chunk); ++c) {
     const size_t off = c * chunk;
@@ -47,6 +54,7 @@ void node_reduce_scatter(Context& ctx, const void* send, void* dst, const ShardM
 
 void node_allgather(Context& ctx, void* buf, const ShardMap& shards, DataType t) {
   const int L = ctx.size(), me = ctx.rank();
+  if (L == 1) return;  // nobody to share with
   const size_t es = dtype_size(t), chunk = std::max<size_t>(1, slot_elems(ctx, t));
   for (size_t c = 0; c < patterns::num_chunks(longest(shards), chunk); ++c) {
     const size_t off = c * chunk;
