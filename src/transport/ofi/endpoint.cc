@@ -82,9 +82,12 @@ InfoOwner getinfo(const char* provider, bool rma = false) {
 // The chunk index that marks an RMA ticket (chunks of data stay below it).
 constexpr uint64_t kTicketChunk = (uint64_t{1} << kChunkBits) - 1;
 
-// Collective messages of at least this size go by RMA write where enabled (SMDDP_OFI_RMA).
-size_t rma_threshold() {
+// Collective messages of at least this size go by RMA write (SMDDP_OFI_RMA; 0: never). "auto"
+// is the measured setting per provider: 1 MiB over tcp (docs/transport-between-nodes.md), off
+// elsewhere until measured there.
+size_t rma_threshold(const std::string& provider) {
   const std::string v = config::get_string("SMDDP_OFI_RMA");
+  if (v == "auto") return provider.rfind("tcp", 0) == 0 ? size_t{1} << 20 : 0;
   if (v.empty() || v == "off" || v == "0") return 0;
   return static_cast<size_t>(std::max<int64_t>(1, config::get_int("SMDDP_OFI_RMA")));
 }
@@ -311,11 +314,10 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   if (forced.empty() && std::getenv("FI_PROVIDER")) forced = std::getenv("FI_PROVIDER");
   if (!forced.empty()) candidates = {forced};
   else candidates = {"efa", "tcp;ofi_rxm", "tcp", "sockets"};
-  m.rma_min = rma_threshold();
-  const size_t rma_wanted = m.rma_min;
   for (const auto& c : candidates) {
-    // With SMDDP_OFI_RMA, a provider with RMA writes (and remote completion data) first; one
+    // Where RMA is wanted, a provider with RMA writes (and remote completion data) first; one
     // without them still serves, tagged only.
+    const size_t rma_wanted = rma_threshold(c);
     m.rma_min = rma_wanted;
     if (rma_wanted) m.info = getinfo(c.c_str(), true);
     if (!m.info.get()) {
