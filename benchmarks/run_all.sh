@@ -44,3 +44,4 @@ cat "$OUT/iperf3.txt"
 # 4. between hosts: 2 namespace hosts x 2 ranks, beside iperf3, unshaped and capped
 benchmarks/netns_scenario.sh "$OUT/netns_unshaped.md"
 benchmarks/netns_scenario.sh --rate 10gbit "$OUT/netns_10gbit.md"
+benchmarks/netns_scenario.sh --per-host 1 "$OUT/netns_unshaped_1rank.md"
