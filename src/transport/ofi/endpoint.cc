@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "core/logging.h"
 #include "smddp/errors.h"
+#include "topology/pci.h"
 #include "transport/ofi/fid.h"
 #include "transport/ofi/rails.h"
 #include "transport/ofi/region_cache.h"
@@ -349,7 +350,18 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   const auto rails = choose_rails(offered, config::get_string("SMDDP_OFI_RAILS"), nics_only, &rail_error);
   if (rails.empty()) throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + rail_error);
   m.num_rails = rails.size();
-  m.rail = rails[rail_for(local_rank, rails.size())];
+  // On a GPU node with several NICs, the NIC nearest the rank's GPU in the PCI tree (sysfs);
+  // round-robin by local rank where that cannot be told.
+  size_t rail_index = rail_for(local_rank, rails.size());
+  const char* rail_how = "by local rank";
+  if (nics_only && rails.size() > 1) {
+    const int nearest = topology::nearest_rail("/sys", local_rank, rails);
+    if (nearest >= 0) {
+      rail_index = static_cast<size_t>(nearest);
+      rail_how = "nearest its GPU";
+    }
+  }
+  m.rail = rails[rail_index];
   fi_info* info = entry_for(m.info.get(), m.rail);
   m.need_mr = (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0 || config::get_string("SMDDP_OFI_REGISTER") == "always";
   m.hmem = (info->caps & FI_HMEM) != 0;
@@ -382,7 +394,7 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
     if (n != 1) throw SystemError("smddp: fi_av_insert of rank " + std::to_string(r) + "'s address failed");
   }
   SMDDP_LOG(INFO, rank) << "libfabric " << runtime_version() << ": provider " << m.provider << " ("
-                        << info->fabric_attr->name << "), rail " << m.rail << " (" << m.num_rails
+                        << info->fabric_attr->name << "), rail " << m.rail << " (" << rail_how << ", " << m.num_rails
                         << (m.num_rails == 1 ? " rail" : " rails") << " on this node)"
                         << (m.rma_min ? ", RMA writes from " + std::to_string(m.rma_min) + " B" : std::string())
                         << ", max message "

@@ -1,8 +1,9 @@
 // Rails: the network interfaces (libfabric domains) a node's ranks spread their traffic over.
 // A provider lists one fi_info per domain it can use (an EFA NIC, or for tcp an interface like
-// eth0); every rank opens its endpoint on one of them, chosen by its local rank, so L ranks on
-// a node with R NICs drive all R of them. Pure functions: the endpoint gathers the candidates,
-// these decide (tests/unit/rails_test.cc).
+// eth0); every rank opens its endpoint on one of them, chosen by its local rank (or, on GPU
+// nodes, the NIC nearest its GPU: topology/pci.h), so L ranks on a node with R NICs drive all R
+// of them. Pure functions: the endpoint gathers the candidates, these decide
+// (tests/unit/rails_test.cc).
 #pragma once
 
 #include <algorithm>
