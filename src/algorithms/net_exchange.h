@@ -14,7 +14,18 @@ namespace smddp::algorithms {
 class NetExchange {
  public:
   explicit NetExchange(Context& ctx) : ep_(*ctx.net), op_(ctx.op), watch_(ctx.watch) {}
-  ~NetExchange() = default;
+  // Left with transfers pending only when the collective failed: they are cancelled, so nothing
+  // arrives later in buffers the caller may free.
+  ~NetExchange() {
+    for (auto& h : pending_) {
+      try {
+        ep_.cancel(h);
+      } catch (...) {  // a destructor must not throw; the collective's own error is on its way
+      }
+    }
+  }
+  NetExchange(const NetExchange&) = delete;
+  NetExchange& operator=(const NetExchange&) = delete;
 
   void send(int peer, const void* buf, size_t bytes, uint32_t step) {
     pending_.push_back(ep_.send(peer, buf, bytes, tag(step)));

@@ -130,6 +130,54 @@ TEST(OfiEndpoint, TransfersInsideARegisteredRegionReuseItsRegistration) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// A receive abandoned after a timeout (a failed collective) is cancelled: the message that
+// arrives later must not land in the buffer, which the caller may have freed by then. With RMA
+// too: the late writer finds its ticket revoked.
+TEST(OfiEndpoint, CancelledReceivesLeaveTheBufferAlone) {
+  for (const char* rma : {"off", "4k"}) {
+    RunOptions ro;
+    ro.env = {{"FI_TCP_IFACE", "lo"}, {"SMDDP_OFI_RMA", rma}};
+    auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+      ofi::Endpoint ep(*store, rank, w, rank, std::chrono::seconds(30));
+      const uint32_t tag = 0x80000007u;  // collective traffic: RMA applies where enabled
+      std::vector<uint32_t> buf(4096, 0xAAAAAAAAu);
+      if (rank == 1) {
+        auto h = ep.recv(0, buf.data(), buf.size() * 4, tag);
+        OpInfo op = op_with_timeout(std::chrono::milliseconds(200));
+        try {
+          ep.wait(h, op);
+          rep.fail("the receive completed although nothing was sent");
+        } catch (const TimeoutError&) {
+        }
+        ep.cancel(h);
+        store->set("late", std::vector<uint8_t>{1});  // now rank 0 sends
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+        while (std::chrono::steady_clock::now() < until) ep.progress();
+        for (uint32_t v : buf)
+          if (v != 0xAAAAAAAAu) {
+            rep.fail("a cancelled receive's buffer was written");
+            break;
+          }
+      } else {
+        store->get("late", std::chrono::seconds(30));
+        std::vector<uint32_t> out(4096, 0x12345678u);
+        auto h = ep.send(1, out.data(), out.size() * 4, tag);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+        while (std::chrono::steady_clock::now() < until) {
+          try {
+            if (ep.test(h)) break;
+          } catch (const SystemError&) {  // with RMA the write may fail: the ticket was revoked
+            break;
+          }
+        }
+      }
+      store->set("done/" + std::to_string(rank), std::vector<uint8_t>{1});
+      store->get("done/" + std::to_string(1 - rank), std::chrono::seconds(30));
+    }, ro);
+    ASSERT_TRUE(res.ok()) << "SMDDP_OFI_RMA=" << rma << ": " << res.summary();
+  }
+}
+
 }  // namespace
 }  // namespace smddp::testing
 

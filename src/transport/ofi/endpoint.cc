@@ -536,6 +536,21 @@ bool Endpoint::test(const Handle& h) {
   return h->done();
 }
 
+void Endpoint::cancel(const Handle& h) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  Request& r = *h;
+  if (r.done() && r.error.empty()) return;
+  for (size_t i = 0; i < r.posted; ++i) fi_cancel(&impl_->ep.get()->fid, &r.ctx[i].ctx);  // not found: completed
+  if (r.rma && !r.is_send) {
+    impl_->rma_targets.erase(r.ticket.id);
+    r.mr.reset();  // closing the registration revokes the sender's remote access
+  }
+  if (r.error.empty()) r.error = "smddp: transfer cancelled";
+  // A cancelled operation still reports (an FI_ECANCELED error entry) before libfabric lets go
+  // of its context; drive() forgets the request once all have.
+  impl_->drive();
+}
+
 void Endpoint::wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch) {
   int idle = 0;
   auto next_watch = Clock::now() + std::chrono::milliseconds(20);
