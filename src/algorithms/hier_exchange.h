@@ -11,6 +11,9 @@
 
 namespace smddp::algorithms {
 
+// Bytes of the message per pipelined slice (SMDDP_HIER_SLICE); defined in allreduce_hier.cc.
+size_t hier_slice_bytes();
+
 struct Piece {
   std::byte* ptr = nullptr;
   size_t count = 0;  // elements

@@ -18,8 +18,6 @@
 
 namespace smddp::algorithms {
 
-size_t hier_slice_bytes();  // allreduce_hier.cc
-
 namespace {
 struct SliceState {
   explicit SliceState(Context& ctx) : x(ctx) {}

@@ -45,11 +45,6 @@ class ScratchPool {
     for (size_t i = 0; i < slots_.size(); ++i)
       if (slots_[i].bytes > keep) release(i);
   }
-  size_t held() const {
-    size_t n = 0;
-    for (const auto& s : slots_) n += s.bytes;
-    return n;
-  }
 
  private:
   static constexpr size_t kPage = 4096;

@@ -29,12 +29,14 @@ std::vector<std::string> components(const std::string& path) {
   return out;
 }
 
-}  // namespace
-
+// The canonical sysfs path of a PCI device ("/sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0"),
+// empty if unknown.
 std::string canonical(const std::string& path) {
   char buf[PATH_MAX];
   return ::realpath(path.c_str(), buf) ? std::string(buf) : std::string();
 }
+
+}  // namespace
 
 int pci_distance(const std::string& a, const std::string& b) {
   const auto x = components(a), y = components(b);

@@ -11,10 +11,6 @@
 
 namespace smddp::topology {
 
-// The canonical sysfs path of a PCI device ("/sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0"),
-// empty if unknown.
-std::string canonical(const std::string& path);
-
 // Hops between two devices in the PCI tree: up from one to the common ancestor and down again.
 int pci_distance(const std::string& a, const std::string& b);
 

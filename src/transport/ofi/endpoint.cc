@@ -404,7 +404,6 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
 Endpoint::~Endpoint() = default;
 
 const std::string& Endpoint::provider() const { return impl_->provider; }
-const std::string& Endpoint::rail() const { return impl_->rail; }
 size_t Endpoint::max_message() const { return impl_->max_msg; }
 
 static std::shared_ptr<Endpoint::Request> make_request(Endpoint::Request proto, size_t max_msg) {

@@ -37,7 +37,6 @@ class Endpoint {
   Endpoint& operator=(const Endpoint&) = delete;
 
   const std::string& provider() const;
-  const std::string& rail() const;  // libfabric domain name, e.g. "eth0" or "rdmap16s27-rdm"
   size_t max_message() const;
 
   // A posted transfer; done() once all its chunks completed.
