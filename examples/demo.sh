@@ -3,7 +3,8 @@
 # backend "smddp" and with "gloo", then both throughputs side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD/build/trixie/python${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$PWD/${SMDDP_DEMO_BUILD:-build/demo}/python${PYTHONPATH:+:$PYTHONPATH}
+python3 -c 'import smddp' || { echo "demo: smddp cannot be imported from $PYTHONPATH (run it through make demo)" >&2; exit 1; }
 export OMP_NUM_THREADS=1
 NPROC=${NPROC:-4}
 out=$(mktemp -d)

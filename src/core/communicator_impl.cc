@@ -13,6 +13,12 @@
 #include "topology/topology.h"
 #ifdef SMDDP_HAVE_LIBFABRIC
 #include "transport/ofi/endpoint.h"
+#else
+namespace smddp::ofi {
+// A build without libfabric never makes an endpoint (net_ stays null), but unique_ptr's
+// destructor still needs a complete type here.
+class Endpoint {};
+}  // namespace smddp::ofi
 #endif
 
 namespace smddp::detail {
