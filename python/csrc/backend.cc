@@ -1,6 +1,8 @@
 // Construction, work bookkeeping, and the reductions (allreduce, reduce, reduce_scatter).
 #include "backend.h"
 
+#include <Python.h>
+
 #include <cstdlib>
 
 #include "backend_internal.h"
@@ -21,7 +23,20 @@ ProcessGroupSmddp::ProcessGroupSmddp(const c10::intrusive_ptr<::c10d::Store>& st
   comm_ = std::make_unique<smddp::Communicator>(std::make_shared<C10dStore>(store), rank, size, o);
 }
 
-ProcessGroupSmddp::~ProcessGroupSmddp() = default;
+ProcessGroupSmddp::~ProcessGroupSmddp() {
+  // The communicator's destructor joins its engine thread, and that thread may need the GIL to
+  // finish: it runs Python callbacks of a Work's future, and when it drops the last reference to
+  // a tensor whose Python object the C++ side keeps alive, freeing that object takes the GIL.
+  // Destroyed from Python (destroy_process_group, or the last reference going), this thread
+  // holds the GIL: keeping it while joining made the two wait for each other forever (#17).
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    PyThreadState* saved = PyEval_SaveThread();
+    comm_.reset();
+    PyEval_RestoreThread(saved);
+  } else {
+    comm_.reset();
+  }
+}
 
 c10::intrusive_ptr<::c10d::Backend> ProcessGroupSmddp::create(const c10::intrusive_ptr<::c10d::Store>& store,
                                                               int rank, int size,

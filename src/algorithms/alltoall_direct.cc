@@ -4,6 +4,9 @@
 // With per-peer counts the number of rounds (longest block / sub-slot) is agreed first in one
 // extra round, since no rank knows every other rank's counts.
 #include <algorithm>
+#include <string>
+
+#include "smddp/errors.h"
 
 #include "algorithms/algorithm.h"
 #include "patterns/partition.h"
@@ -17,11 +20,29 @@ void alltoall_direct(Context& ctx, const CollArgs& a) {
   for (int j = 0; j < w; ++j)
     longest = std::max({longest, a.send_counts[static_cast<size_t>(j)], a.recv_counts[static_cast<size_t>(j)]});
   if (!a.uniform) {
+    // Every rank publishes its send and receive counts; all ranks check every pair, so a
+    // disagreement raises the same error everywhere before any data moves.
     const int p = ctx.shm.begin_round();
+    auto* mine = reinterpret_cast<uint64_t*>(ctx.shm.slot(me, p));
+    const bool fits = 2 * static_cast<size_t>(w) * sizeof(uint64_t) <= ctx.shm.slot_bytes();
+    for (int j = 0; fits && j < w; ++j) {
+      mine[j] = a.send_counts[static_cast<size_t>(j)];
+      mine[w + j] = a.recv_counts[static_cast<size_t>(j)];
+    }
     ctx.shm.words(me, p)[0] = longest;
     ctx.shm.arrive();
     ctx.shm.wait_all(ctx.op);
     for (int j = 0; j < w; ++j) longest = std::max<size_t>(longest, ctx.shm.words(j, p)[0]);
+    for (int i = 0; fits && i < w; ++i)
+      for (int j = 0; j < w; ++j) {
+        const uint64_t sent = reinterpret_cast<const uint64_t*>(ctx.shm.slot(i, p))[j];
+        const uint64_t expected = reinterpret_cast<const uint64_t*>(ctx.shm.slot(j, p))[w + i];
+        if (sent != expected)
+          throw MismatchError("smddp: " + ctx.op.describe() + ": ranks disagree on alltoall counts: rank " +
+                              std::to_string(i) + " sends " + std::to_string(sent) + " elements to rank " +
+                              std::to_string(j) + ", which expects " + std::to_string(expected) +
+                              ". Nothing was written to the output buffers; the communicator is aborted");
+      }
   }
   for (size_t c = 0; c < patterns::num_chunks(longest, chunk); ++c) {
     const size_t off = c * chunk;

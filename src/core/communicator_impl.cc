@@ -7,6 +7,7 @@
 
 #include "algorithms/registry.h"
 #include "core/config.h"
+#include "core/fingerprint.h"
 #include "core/logging.h"
 #include "core/p2p.h"
 #include "device/device.h"
@@ -54,7 +55,7 @@ shm::GroupConfig group_config(int size) {
 }  // namespace
 
 CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options options)
-    : rank_(rank), size_(size), options_(std::move(options)), check_(config::get_bool("SMDDP_CHECK")) {
+    : rank_(rank), size_(size), options_(std::move(options)), consistency_(config::get_bool("SMDDP_CHECK_CONSISTENCY")) {
   if (!store) throw InvalidArgument("smddp: Communicator needs a store (got null)");
   if (size < 1) throw InvalidArgument("smddp: communicator size must be >= 1 (got " + std::to_string(size) + ")");
   if (rank < 0 || rank >= size)
@@ -87,6 +88,13 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(size), options_.timeout);
   }
   if (!scratch_) scratch_ = std::make_unique<algorithms::ScratchPool>();
+  shm_->set_disagreement_handler([this](const std::vector<Fingerprint>& all) {
+    std::vector<int> global = multi_node_ ? topo_.local_ranks() : std::vector<int>{};
+    if (global.empty())
+      for (int r = 0; r < static_cast<int>(all.size()); ++r) global.push_back(r);
+    throw MismatchError(prefix() + "ranks called different collectives: " + describe_disagreement(all, global) +
+                        ". Nothing was written to the output buffers; the communicator is aborted");
+  });
   engine_ = std::make_unique<engine::Engine>(options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")));
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
                         << ", transport shm, reduce kernels " << reduce::isa();
@@ -140,6 +148,10 @@ OpInfo CommunicatorImpl::make_op(const char* name, int peer) {
 void CommunicatorImpl::fail(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
+  } catch (const MismatchError& ex) {
+    // Every rank found it in the same round; the ranks' programs have diverged, so whatever they
+    // call next would not line up either: stop the group, as after a lost rank.
+    abort_everywhere(ex.what());
   } catch (const InvalidArgument&) {
     // Detected before any data moved on every rank alike: the communicator stays usable.
   } catch (const std::exception& ex) {
@@ -168,39 +180,10 @@ void CommunicatorImpl::watch_remote(const OpInfo& op) {
   }
 }
 
-void CommunicatorImpl::verify_agreement(const OpInfo& op, const CollArgs& a) {
-  // Every rank publishes what it was asked to do; any difference is reported by every rank.
-  const int p = shm_->begin_round();
-  uint64_t sig[6] = {static_cast<uint64_t>(a.kind), a.uniform ? a.count : 0, static_cast<uint64_t>(a.dtype),
-                     static_cast<uint64_t>(a.op.op), static_cast<uint64_t>(a.root), 0};
-  std::memcpy(&sig[5], &a.op.factor, sizeof(double));
-  std::memcpy(shm_->words(rank_, p), sig, sizeof sig);
+void CommunicatorImpl::agreement_round(const OpInfo& op) {
+  shm_->begin_round();
   shm_->arrive();
   shm_->wait_all(op);
-  static const char* fields[6] = {"collective", "count", "dtype", "reduce op", "root", "premul factor"};
-  const bool has_op = a.kind == CollKind::allreduce || a.kind == CollKind::reduce || a.kind == CollKind::reduce_scatter;
-  const bool has_root = a.kind == CollKind::broadcast || a.kind == CollKind::reduce || a.kind == CollKind::gather ||
-                        a.kind == CollKind::scatter;
-  for (int r = 0; r < size_; ++r) {
-    const uint64_t* other = shm_->words(r, p);
-    for (int f = 0; f < 6; ++f) {
-      if ((f == 3 || f == 5) && !has_op) continue;
-      if (f == 4 && !has_root) continue;
-      if (other[f] == sig[f]) continue;
-      auto show = [&](const uint64_t* s) -> std::string {
-        switch (f) {
-          case 0: return algorithms::to_string(static_cast<CollKind>(s[0]));
-          case 2: return to_string(static_cast<DataType>(s[2]));
-          case 3: return to_string(static_cast<ReduceOp>(s[3]));
-          case 5: { double d; std::memcpy(&d, &s[5], sizeof d); return std::to_string(d); }
-          default: return std::to_string(s[f]);
-        }
-      };
-      throw MismatchError("smddp: " + op.describe() + ": ranks disagree on the " + fields[f] + ": rank " +
-                          std::to_string(rank_) + " has " + show(sig) + ", rank " + std::to_string(r) + " has " +
-                          show(other) + " (SMDDP_CHECK=1)");
-    }
-  }
 }
 
 void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
@@ -210,9 +193,16 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   if (args.timeout.count() > 0) op.timeout = args.timeout;
   op.deadline = Clock::now() + op.timeout;
   try {
-    if (check_) verify_agreement(op, args);
     const size_t blocks = args.kind == CollKind::reduce_scatter ? static_cast<size_t>(size_) : 1;
-    if (args.kind != CollKind::barrier && args.uniform && args.count == 0) return;
+    const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
+    if (consistency_) {
+      // Compared in the algorithm's first shared-memory round, before it combines or copies
+      // anything into an output. Across nodes the algorithms may start on the network, and an
+      // empty collective has no rounds at all: those compare in a round of their own first.
+      shm_->announce(fingerprint(op.coll_seq, args));
+      if (multi_node_ || empty) agreement_round(op);
+    }
+    if (empty) return;
     const auto& algo = algorithms::select(args.kind, args.count * blocks * dtype_size(args.dtype), size_, overrides_,
                                           multi_node_ ? &topo_ : nullptr);
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo.name
@@ -221,6 +211,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     algorithms::Context ctx{*shm_, device::host(), op, multi_node_ ? &topo_ : nullptr, net_.get(),
                             multi_node_ ? &watch : nullptr, scratch_.get()};
     algo.run(ctx, args);
+    if (shm_->announcement_pending()) agreement_round(op);  // an algorithm that never synchronised
     scratch_->trim(kScratchKeep);
   } catch (...) {
     fail(std::current_exception());

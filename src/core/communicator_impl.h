@@ -1,5 +1,5 @@
 // The communicator behind the public pimpl: validates arguments on the caller's thread, numbers
-// operations, and hands them to the engine wrapped with deadline, SMDDP_CHECK and abort logic.
+// operations, and hands them to the engine wrapped with deadline, consistency checks and abort logic.
 #pragma once
 
 #include <atomic>
@@ -49,7 +49,8 @@ class CommunicatorImpl {
   // Index of a global rank within this node's shm group, or -1 when it is on another node.
   int local_index(int global_rank) const;
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);
-  void verify_agreement(const OpInfo& op, const algorithms::CollArgs& args);
+  // One shared-memory round with no data: compares the announced fingerprints.
+  void agreement_round(const OpInfo& op);
   // On a failure that leaves ranks out of step: abort the group so every rank stops now.
   void fail(const std::exception_ptr& e);
   // Marks the communicator dead here, on this node (abort word) and on other nodes (store key).
@@ -63,7 +64,7 @@ class CommunicatorImpl {
   int rank_;
   int size_;
   Options options_;
-  bool check_;
+  bool consistency_;  // SMDDP_CHECK_CONSISTENCY: fingerprints compared in every collective
   std::vector<const algorithms::Algorithm*> overrides_;
   topology::Topology topo_;
   bool multi_node_ = false;

@@ -14,11 +14,18 @@ Send::Send(const void* data, size_t bytes, int peer, uint32_t tag)
     : hdr_{kMagic, tag, bytes}, data_(static_cast<const std::byte*>(data)), peer_(peer) {}
 
 bool Send::poll(shm::Group& g, const OpInfo& op) {
+  if (!g.claim_fifo(true, peer_, this)) {  // an earlier send to this peer is still moving
+    g.check_progress(peer_, op, "receive");
+    return false;
+  }
   if (hdr_done_ < sizeof hdr_)
     hdr_done_ += g.fifo_push(peer_, reinterpret_cast<const std::byte*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
   if (hdr_done_ == sizeof hdr_ && body_done_ < hdr_.bytes)
     body_done_ += g.fifo_push(peer_, data_ + body_done_, hdr_.bytes - body_done_);
-  if (hdr_done_ == sizeof hdr_ && body_done_ == hdr_.bytes) return true;
+  if (hdr_done_ == sizeof hdr_ && body_done_ == hdr_.bytes) {
+    g.release_fifo(true, peer_, this);
+    return true;
+  }
   g.check_progress(peer_, op, "receive");
   return false;
 }
@@ -27,6 +34,10 @@ Recv::Recv(void* data, size_t bytes, int peer, uint32_t tag)
     : data_(static_cast<std::byte*>(data)), bytes_(bytes), peer_(peer), tag_(tag) {}
 
 bool Recv::poll(shm::Group& g, const OpInfo& op) {
+  if (!g.claim_fifo(false, peer_, this)) {  // an earlier receive from this peer comes first
+    g.check_progress(peer_, op, "send");
+    return false;
+  }
   if (hdr_done_ < sizeof hdr_) {
     hdr_done_ += g.fifo_pop(peer_, reinterpret_cast<std::byte*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
     if (hdr_done_ == sizeof hdr_) {
@@ -41,7 +52,10 @@ bool Recv::poll(shm::Group& g, const OpInfo& op) {
   }
   if (hdr_done_ == sizeof hdr_ && body_done_ < bytes_)
     body_done_ += g.fifo_pop(peer_, data_ + body_done_, bytes_ - body_done_);
-  if (hdr_done_ == sizeof hdr_ && body_done_ == bytes_) return true;
+  if (hdr_done_ == sizeof hdr_ && body_done_ == bytes_) {
+    g.release_fifo(false, peer_, this);
+    return true;
+  }
   g.check_progress(peer_, op, "send");
   return false;
 }
@@ -51,7 +65,9 @@ bool RecvAny::poll(shm::Group& g, const OpInfo& op) {
     for (int k = 0; k < g.size() && !chosen_; ++k) {
       const int src = (next_ + k) % g.size();
       Header h{};
-      if (g.fifo_available(src) < sizeof h) continue;
+      // A FIFO an earlier receive holds may be mid-message: its head is not a header, and its
+      // next message is that receive's anyway.
+      if (g.fifo_claimed_by_other(false, src, nullptr) || g.fifo_available(src) < sizeof h) continue;
       g.fifo_peek(src, &h, sizeof h);
       if (h.magic == kMagic && h.tag == tag_) {
         chosen_ = std::make_unique<Recv>(data_, bytes_, src, tag_);

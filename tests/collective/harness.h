@@ -76,6 +76,20 @@ struct RunResult {
 using RankFn = std::function<void(int rank, int world, std::shared_ptr<Store> store, Report& report)>;
 RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts = {});
 
+// Records a failure unless f() throws an E whose message contains `must_contain`.
+template <class E, class F>
+void expect_throw(Report& rep, const std::string& what, F f, const std::string& must_contain) {
+  try {
+    f();
+    rep.fail(what + ": no exception");
+  } catch (const E& e) {
+    if (std::string(e.what()).find(must_contain) == std::string::npos)
+      rep.fail(what + ": message lacks '" + must_contain + "': " + e.what());
+  } catch (const std::exception& e) {
+    rep.fail(what + ": wrong exception type: " + e.what());
+  }
+}
+
 // Names of our segments in /dev/shm created by any of `pids` (empty when none).
 std::vector<std::string> shm_leftovers(const std::vector<int>& pids);
 int thread_count();

@@ -155,5 +155,89 @@ TEST(P2P, ReceiveFromAnySourceTellsTheSender) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+
+// Several sends to, and receives from, the same peer in flight at once, each larger than the
+// FIFO: each message must arrive whole and in order (they used to interleave their bytes when
+// the consumer drained the FIFO between two polls).
+TEST(P2P, OutstandingLargeMessagesToOnePeerDoNotInterleave) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator c(store, rank, w);
+    const int peer = 1 - rank;
+    const size_t n = (size_t{1} << 18) + 17;  // 1 MiB of i32: four FIFOs' worth
+    std::vector<std::vector<int32_t>> out(4, std::vector<int32_t>(n)), in(4, std::vector<int32_t>(n, -1));
+    for (int m = 0; m < 4; ++m)
+      std::iota(out[static_cast<size_t>(m)].begin(), out[static_cast<size_t>(m)].end(), rank * 100000000 + m * 1000000);
+    std::vector<Work> ws;
+    for (int m = 0; m < 4; ++m) ws.push_back(c.send(out[static_cast<size_t>(m)].data(), n, DataType::i32, peer, 3));
+    for (int m = 0; m < 4; ++m) ws.push_back(c.recv(in[static_cast<size_t>(m)].data(), n, DataType::i32, peer, 3));
+    for (auto& x : ws) x.wait();
+    for (int m = 0; m < 4; ++m)
+      for (size_t i = 0; i < n; ++i)
+        if (in[static_cast<size_t>(m)][i] != static_cast<int32_t>(peer * 100000000 + m * 1000000 + i)) {
+          rep.fail("message " + std::to_string(m) + " wrong at " + std::to_string(i));
+          break;
+        }
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// Receives from any source by the thousand, of every size up to a few FIFOs, while tagged
+// receives from one of the same senders are in flight and collectives run between rounds.
+// Each message carries its sender and index: per sender they must come in order, all of them.
+TEST(P2P, AnySourceStressMixedWithTaggedAndCollectives) {
+  for (int world : {2, 3, 4}) {
+    auto res = run_ranks(world, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+      Options o;
+      o.timeout = std::chrono::seconds(60);
+      Communicator c(store, rank, w, o);
+      const int rounds = 240 / w, per_sender = 4;
+      const size_t sizes[] = {1, 3, 1000, 70000, 200000};
+      for (int it = 0; it < rounds; ++it) {
+        const int root = it % w, right = (rank + 1) % w, left = (rank + w - 1) % w;
+        // A tagged ring exchange, posted before the any-source traffic: its message from the
+        // left neighbour is in the FIFO ahead of that neighbour's any-source messages.
+        std::vector<int64_t> ring_out(300, rank * 1000 + it), ring_in(300, -1);
+        Work rr = c.recv(ring_in.data(), ring_in.size(), DataType::i64, left, 7);
+        Work rs = c.send(ring_out.data(), ring_out.size(), DataType::i64, right, 7);
+        const size_t n = sizes[static_cast<size_t>(it) % 5];
+        if (rank == root) {
+          std::vector<int> next(static_cast<size_t>(w), 0);
+          std::vector<int64_t> buf(n);
+          for (int k = 0; k < per_sender * (w - 1); ++k) {
+            Work r = c.recv_any(buf.data(), n, DataType::i64, 5);
+            r.wait();
+            const int s = r.source();
+            if (s < 0 || s >= w || s == root) {
+              rep.fail("round " + std::to_string(it) + ": source " + std::to_string(s));
+              return;
+            }
+            const int64_t want = s * 1000000 + it * 10 + next[static_cast<size_t>(s)]++;
+            if (buf[0] != want || buf[n - 1] != want) {
+              rep.fail("round " + std::to_string(it) + ": from " + std::to_string(s) + " got " + std::to_string(buf[0]) +
+                       ", wanted " + std::to_string(want));
+              return;
+            }
+          }
+        } else {
+          for (int k = 0; k < per_sender; ++k) {
+            std::vector<int64_t> buf(n, rank * 1000000 + it * 10 + k);
+            c.send(buf.data(), n, DataType::i64, root, 5).wait();
+          }
+        }
+        rr.wait();
+        rs.wait();
+        if (ring_in.front() != left * 1000 + it || ring_in.back() != left * 1000 + it)
+          rep.fail("round " + std::to_string(it) + ": ring message wrong");
+        if (it % 8 == 0) {
+          int32_t x = 1;
+          c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum).wait();
+          if (x != w) rep.fail("allreduce between rounds gave " + std::to_string(x));
+        }
+      }
+    });
+    ASSERT_TRUE(res.ok()) << "world " << world << "\n" << res.summary();
+  }
+}
+
 }  // namespace
 }  // namespace smddp::testing

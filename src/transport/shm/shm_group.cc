@@ -84,6 +84,7 @@ struct alignas(128) Group::RankCtl {
   std::atomic<uint32_t> departed;
   uint64_t pidns;
   uint64_t words[2][kWords];
+  uint64_t fingerprint[2][kFingerprintWords];
 };
 
 struct Group::FifoCtl {
@@ -219,6 +220,30 @@ void Group::wait_all(const OpInfo& op) {
         return true;
       },
       [&] { return behind(target); }, op, "arrive");
+  if (fp_pending_) compare_fingerprints();
+}
+
+// Double buffering: a rank can announce the next collective only after this one's first round,
+// which every rank leaves only after comparing this one's fingerprints, so a buffer is never
+// rewritten while a rank may still read it.
+void Group::announce(const Fingerprint& fp) {
+  const int parity = static_cast<int>(announcements_++ & 1);
+  std::memcpy(ctl(rank_)->fingerprint[parity], fp.data(), sizeof(uint64_t) * kFingerprintWords);
+  fp_pending_ = true;
+}
+
+void Group::compare_fingerprints() {
+  fp_pending_ = false;
+  const int parity = static_cast<int>((announcements_ - 1) & 1);
+  const uint64_t* mine = ctl(rank_)->fingerprint[parity];
+  bool same = true;
+  for (int r = 0; r < size_ && same; ++r)
+    same = std::memcmp(ctl(r)->fingerprint[parity], mine, sizeof(uint64_t) * kFingerprintWords) == 0;
+  if (same || !on_disagreement_) return;
+  std::vector<Fingerprint> all(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r)
+    std::memcpy(all[static_cast<size_t>(r)].data(), ctl(r)->fingerprint[parity], sizeof(uint64_t) * kFingerprintWords);
+  on_disagreement_(all);
 }
 
 bool Group::aborted() const { return header()->abort_state.load(std::memory_order_acquire) != 0; }
@@ -270,7 +295,10 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
   auto next_check = start + std::chrono::milliseconds(10);  // liveness reads /proc: not on every wait
   int sleep_us = 2;
   while (!ready()) {
-    throw_if_aborted(op);
+    // An abort that came after every awaited rank arrived (a rank that found a mismatch in this
+    // very round) must not hide this round's own outcome: look at the abort word first, then
+    // at readiness again.
+    if (aborted() && !ready()) throw_if_aborted(op);
     if (idle_) idle_();
     auto now = Clock::now();
     // Yield for the first couple of milliseconds: with more ranks than cores the rank we wait
@@ -313,6 +341,25 @@ size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
   std::memcpy(ring, static_cast<const std::byte*>(data) + first, n - first);
   f->head.store(head + n, std::memory_order_release);
   return n;
+}
+
+bool Group::claim_fifo(bool outgoing, int peer, const void* who) {
+  if (fifo_owner_.empty()) fifo_owner_.assign(2 * static_cast<size_t>(size_), nullptr);
+  const void*& owner = fifo_owner_[static_cast<size_t>(outgoing) * size_ + peer];
+  if (!owner) owner = who;
+  return owner == who;
+}
+
+void Group::release_fifo(bool outgoing, int peer, const void* who) {
+  if (fifo_owner_.empty()) return;
+  const void*& owner = fifo_owner_[static_cast<size_t>(outgoing) * size_ + peer];
+  if (owner == who) owner = nullptr;
+}
+
+bool Group::fifo_claimed_by_other(bool outgoing, int peer, const void* who) const {
+  if (fifo_owner_.empty()) return false;
+  const void* owner = fifo_owner_[static_cast<size_t>(outgoing) * size_ + peer];
+  return owner && owner != who;
 }
 
 size_t Group::fifo_available(int src) const {

@@ -12,10 +12,14 @@
 //   - per ordered pair of ranks, a single-producer single-consumer byte FIFO for send/recv.
 //   - an abort word: the first rank that fails a collective writes why, and every wait of every
 //     other rank raises an error at once instead of running into its own timeout.
+//   - per rank, a fingerprint of the collective it is running (double-buffered like the words),
+//     compared by the first wait_all() after it was announced: ranks that disagree about a
+//     collective find out in the round they already share, before any data is combined.
 // Waits spin briefly, then yield, then sleep; each one watches the deadline, the abort word and
 // whether the ranks it waits for are still alive.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -69,11 +73,32 @@ class Group {
   // manual progress (tcp, rxm) move a rendezvous only while the sender polls.
   void set_idle_hook(std::function<void()> f) { idle_ = std::move(f); }
 
+  // --- agreement ---
+  // A compact description of a collective (what, how many, which type, op, root): ranks that run
+  // the same collective announce equal fingerprints. What the words mean is the caller's.
+  static constexpr int kFingerprintWords = 8;
+  using Fingerprint = std::array<uint64_t, kFingerprintWords>;
+  // Publishes this rank's fingerprint; call before the collective's first arrive(). The first
+  // wait_all() after it compares every rank's with this one (each rank published its own before
+  // arriving) and, if any differs, calls the disagreement handler, which throws.
+  void announce(const Fingerprint& fp);
+  // True from announce() until a wait_all() compared the fingerprints.
+  bool announcement_pending() const { return fp_pending_; }
+  void set_disagreement_handler(std::function<void(const std::vector<Fingerprint>&)> h) {
+    on_disagreement_ = std::move(h);
+  }
+
   // --- point to point ---
   size_t fifo_push(int dst, const void* data, size_t bytes);  // returns bytes accepted (maybe 0)
   size_t fifo_pop(int src, void* data, size_t bytes);         // returns bytes taken (maybe 0)
   size_t fifo_available(int src) const;                       // bytes ready to pop
   void fifo_peek(int src, void* data, size_t bytes) const;    // copies without popping (bytes <= available)
+  // Operations in flight on this rank take turns per FIFO: the first to claim one (in issue
+  // order, as the engine polls) moves its whole message before another may touch it, so two
+  // sends to, or receives from, the same peer never interleave their bytes. Engine thread only.
+  bool claim_fifo(bool outgoing, int peer, const void* who);  // true while `who` holds it
+  void release_fifo(bool outgoing, int peer, const void* who);
+  bool fifo_claimed_by_other(bool outgoing, int peer, const void* who) const;
   // Throws if the communicator was aborted, the peer is gone, or the deadline passed. peer < 0:
   // a rank on another node (no liveness check here; the error names op.peer).
   void check_progress(int peer, const OpInfo& op, const char* waiting_for);
@@ -98,6 +123,7 @@ class Group {
   // Ranks among `ranks` that died or departed: -1 when none.
   int lost_rank(const std::vector<int>& ranks, std::string* why) const;
   std::vector<int> behind(uint64_t target) const;
+  void compare_fingerprints();
   int global(int local) const { return global_.empty() ? local : global_[static_cast<size_t>(local)]; }
   std::vector<int> global(const std::vector<int>& locals) const;
 
@@ -114,6 +140,10 @@ class Group {
   uint64_t pidns_ = 0;
   bool departed_ = false;
   std::function<void()> idle_;
+  std::vector<const void*> fifo_owner_;  // [outgoing * size_ + peer]: the op moving a message
+  uint64_t announcements_ = 0;
+  bool fp_pending_ = false;
+  std::function<void(const std::vector<Fingerprint>&)> on_disagreement_;
   std::vector<int> global_;
   Clock::time_point next_liveness_check_{};
 };

@@ -1,0 +1,90 @@
+#include "core/fingerprint.h"
+
+#include <cstring>
+
+namespace smddp::detail {
+
+using algorithms::CollKind;
+
+namespace {
+enum Word { kSeq, kKind, kDtype, kCount, kOp, kFactor, kRoot, kFlags };
+constexpr uint64_t kPerPeerCounts = 1;  // kFlags: alltoall with per-peer counts
+
+bool has_reduction(CollKind k) {
+  return k == CollKind::allreduce || k == CollKind::reduce || k == CollKind::reduce_scatter;
+}
+bool has_root(CollKind k) {
+  return k == CollKind::broadcast || k == CollKind::reduce || k == CollKind::gather || k == CollKind::scatter;
+}
+}  // namespace
+
+Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a) {
+  Fingerprint fp{};
+  fp[kSeq] = coll_seq;
+  fp[kKind] = static_cast<uint64_t>(a.kind) + 1;  // never all zero: an unwritten slot differs
+  if (a.kind == CollKind::barrier) return fp;
+  fp[kDtype] = static_cast<uint64_t>(a.dtype);
+  if (a.uniform) fp[kCount] = a.count;
+  else fp[kFlags] |= kPerPeerCounts;
+  if (has_reduction(a.kind)) {
+    fp[kOp] = static_cast<uint64_t>(a.op.op) + 1;
+    if (a.op.op == ReduceOp::premul_sum) std::memcpy(&fp[kFactor], &a.op.factor, sizeof(double));
+  }
+  if (has_root(a.kind)) fp[kRoot] = static_cast<uint64_t>(a.root);
+  return fp;
+}
+
+std::string describe(const Fingerprint& fp) {
+  if (fp[kKind] == 0) return "nothing";
+  const auto kind = static_cast<CollKind>(fp[kKind] - 1);
+  std::string s = algorithms::to_string(kind);
+  s += '(';
+  if (kind != CollKind::barrier) {
+    s += to_string(static_cast<DataType>(fp[kDtype]));
+    if (fp[kFlags] & kPerPeerCounts) {
+      s += ", per-peer counts";
+    } else {
+      s += ", ";
+      s += std::to_string(fp[kCount]);
+      s += " elements";
+    }
+    if (fp[kOp]) {
+      const auto op = static_cast<ReduceOp>(fp[kOp] - 1);
+      s += ", ";
+      s += to_string(op);
+      if (op == ReduceOp::premul_sum) {
+        double f;
+        std::memcpy(&f, &fp[kFactor], sizeof f);
+        s += " by ";
+        s += std::to_string(f);
+      }
+    }
+    if (has_root(kind)) {
+      s += ", root ";
+      s += std::to_string(fp[kRoot]);
+    }
+  }
+  s += ") as collective #";
+  s += std::to_string(fp[kSeq]);
+  return s;
+}
+
+std::string describe_disagreement(const std::vector<Fingerprint>& all, const std::vector<int>& global) {
+  std::vector<bool> said(all.size(), false);
+  std::string out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (said[i]) continue;
+    std::vector<int> ranks;
+    for (size_t j = i; j < all.size(); ++j)
+      if (!said[j] && all[j] == all[i]) {
+        said[j] = true;
+        ranks.push_back(j < global.size() ? global[j] : static_cast<int>(j));
+      }
+    std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t k = 0; k < ranks.size(); ++k) who += (k ? ", " : "") + std::to_string(ranks[k]);
+    out += (out.empty() ? "" : "; ") + who + " called " + describe(all[i]);
+  }
+  return out;
+}
+
+}  // namespace smddp::detail

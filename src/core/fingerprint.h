@@ -1,0 +1,30 @@
+// The fingerprint of a collective: what each rank announces so the ranks can tell, in a round
+// they share anyway, that they are running the same collective with the same arguments
+// (docs/reliability.md). Building and describing them lives here; comparing is the transport's
+// (shm::Group::announce).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "transport/shm/shm_group.h"
+
+namespace smddp::detail {
+
+using Fingerprint = shm::Group::Fingerprint;
+
+// Equal on every rank exactly when the ranks agree on the collective's kind, sequence number,
+// dtype, count, reduction (op and premul factor) and root. Fields a kind does not use are zero.
+// Per-peer counts (alltoallv) are checked by the algorithm itself, pair by pair.
+Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a);
+
+// "allreduce(f32, 16 elements, sum)".
+std::string describe(const Fingerprint& fp);
+
+// One clause per distinct fingerprint, in rank order, naming the (global) ranks that announced
+// it: "rank 0 called allreduce(f32, 16 elements, sum); rank 1 called allreduce(f64, ...)". The
+// same text on every rank. `global[i]` is the communicator rank of local rank i.
+std::string describe_disagreement(const std::vector<Fingerprint>& all, const std::vector<int>& global);
+
+}  // namespace smddp::detail

@@ -1,0 +1,153 @@
+// Ranks that disagree about a collective (count, dtype, op, root, kind, per-peer counts): with
+// the default settings every rank raises MismatchError naming each side, no output buffer is
+// written, the communicator is aborted (a later call says why), and a new one works.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collective/harness.h"
+
+namespace smddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr float kSentinel = -7.0f;
+constexpr size_t kBuf = (size_t{1} << 18) + 64;  // room for the largest call below (1 MiB of f32)
+
+// One disagreement: `call` runs on every rank (the odd rank decides differently) with an input
+// of rank+1 everywhere and an output filled with kSentinel; `expect` must be in every message.
+struct Case {
+  const char* name;
+  int world;
+  std::function<void(Communicator&, int rank, float* in, float* out)> call;
+  std::string expect;
+};
+
+void run_case(const Case& k) {
+  RunOptions ro;
+  ro.wall_limit = 120s;
+  auto res = run_ranks(k.world, [&k](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = 20s;
+    std::vector<float> in(kBuf, static_cast<float>(rank + 1)), out(kBuf, kSentinel);
+    {
+      Communicator c(store, rank, w, o);
+      const auto t0 = std::chrono::steady_clock::now();
+      expect_throw<MismatchError>(rep, k.name, [&] { k.call(c, rank, in.data(), out.data()); }, k.expect);
+      if (std::chrono::steady_clock::now() - t0 > 1s) rep.fail(std::string(k.name) + ": the mismatch took over a second to report");
+      for (size_t i = 0; i < kBuf; ++i)
+        if (out[i] != kSentinel || in[i] != static_cast<float>(rank + 1)) {
+          rep.fail(std::string(k.name) + ": a buffer was written at " + std::to_string(i));
+          break;
+        }
+      expect_throw<AbortedError>(rep, std::string(k.name) + " (next call)",
+                                 [&] { c.allreduce(in.data(), out.data(), 4, DataType::f32, ReduceOp::sum).wait(); },
+                                 "not started: the communicator was aborted: smddp: ");
+    }
+    // As after a lost rank: a new communicator over the same store works.
+    o.name = "after";
+    Communicator fresh(store, rank, w, o);
+    fresh.allreduce(in.data(), out.data(), 4, DataType::f32, ReduceOp::sum).wait();
+    const float want = static_cast<float>(w * (w + 1) / 2);
+    if (out[0] != want) rep.fail(std::string(k.name) + ": new communicator gave " + std::to_string(out[0]));
+  }, ro);
+  ASSERT_TRUE(res.ok()) << k.name << ": " << res.summary();
+}
+
+const Case kCases[] = {
+    {"count", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, r == 1 ? 20 : 10, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 0 called allreduce(f32, 10 elements, sum) as collective #1; rank 1 called allreduce(f32, 20 elements, sum)"},
+    {"dtype", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, 16, r == 1 ? DataType::f64 : DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 0 called allreduce(f32, 16 elements, sum) as collective #1; rank 1 called allreduce(f64, 16 elements, sum)"},
+    {"root", 2,
+     [](Communicator& c, int r, float*, float* out) { c.broadcast(out, 16, DataType::f32, r).wait(); },
+     "rank 0 called broadcast(f32, 16 elements, root 0) as collective #1; rank 1 called broadcast(f32, 16 elements, root 1)"},
+    {"op", 3,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, 16, DataType::f32, r == 2 ? ReduceOp::max : ReduceOp::sum).wait();
+     },
+     "ranks 0, 1 called allreduce(f32, 16 elements, sum) as collective #1; rank 2 called allreduce(f32, 16 elements, max)"},
+    {"kind", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       if (r == 0) c.allreduce(in, out, 16, DataType::f32, ReduceOp::sum).wait();
+       else c.broadcast(out, 16, DataType::f32, 0).wait();
+     },
+     "rank 0 called allreduce(f32, 16 elements, sum) as collective #1; rank 1 called broadcast(f32, 16 elements, root 0)"},
+    {"empty on one rank", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, r == 1 ? 0 : 10, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 1 called allreduce(f32, 0 elements, sum)"},
+    {"barrier against allreduce", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       if (r == 0) c.barrier().wait();
+       else c.allreduce(in, out, 16, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 0 called barrier() as collective #1"},
+    {"premul factor", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, 16, DataType::f32, Reduction::premul_sum(r == 1 ? 0.25 : 0.5)).wait();
+     },
+     "rank 1 called allreduce(f32, 16 elements, premul_sum by 0.250000)"},
+    {"large count", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, r == 1 ? (size_t{1} << 18) : (size_t{1} << 18) - 1, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 1 called allreduce(f32, 262144 elements, sum)"},
+    {"allgather count", 3,
+     [](Communicator& c, int r, float* in, float* out) { c.allgather(in, out, r == 0 ? 5 : 4, DataType::f32).wait(); },
+     "rank 0 called allgather(f32, 5 elements) as collective #1; ranks 1, 2 called allgather(f32, 4 elements)"},
+    {"reduce_scatter count", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.reduce_scatter(in, out, r == 0 ? 8 : 6, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 0 called reduce_scatter(f32, 8 elements, sum) as collective #1; rank 1 called reduce_scatter(f32, 6"},
+    {"gather root", 2,
+     [](Communicator& c, int r, float* in, float* out) { c.gather(in, out, 4, DataType::f32, r).wait(); },
+     "rank 0 called gather(f32, 4 elements, root 0)"},
+    {"alltoallv counts", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       // Rank 0 sends 3 elements to rank 1, which expects 2.
+       const std::vector<size_t> sc = {2, r == 0 ? size_t{3} : size_t{2}}, rc = {2, 2}, d = {0, 4};
+       c.alltoallv(in, sc, d, out, rc, d, DataType::f32).wait();
+     },
+     "ranks disagree on alltoall counts: rank 0 sends 3 elements to rank 1, which expects 2"},
+};
+
+class Consistency : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Consistency, EveryRankNamesTheMismatchAndNoBufferIsWritten) { run_case(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Mismatch, Consistency, ::testing::ValuesIn(kCases), [](const auto& i) {
+  std::string n = i.param.name;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
+
+// The escape hatch (benchmarking only) really turns the check off: the same op mismatch then
+// goes unnoticed, which is what the check exists to prevent.
+TEST(ConsistencyOff, MismatchGoesUnnoticedWithTheCheckOff) {
+  RunOptions ro;
+  ro.env = {{"SMDDP_CHECK_CONSISTENCY", "0"}};
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator c(store, rank, w);
+    std::vector<float> v(16, static_cast<float>(rank + 1)), out(16);
+    c.allreduce(v.data(), out.data(), 16, DataType::f32, rank == 1 ? ReduceOp::max : ReduceOp::sum).wait();
+    c.allreduce(v.data(), out.data(), 16, DataType::f32, ReduceOp::sum).wait();
+    if (out[0] != 3.0f) rep.fail("agreeing allreduce after it gave " + std::to_string(out[0]));
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+}  // namespace
+}  // namespace smddp::testing
