@@ -16,7 +16,8 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--backend", default="smddp")
     p.add_argument("--world", type=int, default=2)
-    p.add_argument("-k", action="append", default=[], help="run only tests whose name contains this")
+    p.add_argument("-k", action="append", default=[],
+                   help="run only tests whose name contains this (ending in $: whose name ends so)")
     p.add_argument("--repeat", type=int, default=1, help="run the selection this many times")
     args, rest = p.parse_known_args()
     os.environ["BACKEND"] = args.backend
@@ -37,7 +38,10 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
 if __name__ == "__main__":
     loader = unittest.TestLoader()
     suite = loader.loadTestsFromTestCase(TestDistBackendWithSpawn)
-    tests = [t for t in suite if not args.k or any(k in t.id() for k in args.k)]
+    def wanted(test_id, k):
+        return test_id.endswith("." + k[:-1]) if k.endswith("$") else k in test_id
+
+    tests = [t for t in suite if not args.k or any(wanted(t.id(), k) for k in args.k)]
     runner = unittest.TextTestRunner(verbosity=2)
     ok = True
     for i in range(args.repeat):

@@ -1,0 +1,31 @@
+"""Receive from any source: never a hang (workers/p2p_any_source.py), and torch's own test of it
+run repeatedly (tests/torch_suite/run_dist_suite.py)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, WORKERS, assert_all_ok, child_env, torchrun
+
+
+def test_destroy_while_a_future_callback_needs_the_gil(smddp_built):
+    p = torchrun(os.path.join(WORKERS, "p2p_any_source.py"), 2, "gil", timeout=120)
+    assert_all_ok(p, 2)
+
+
+@pytest.mark.parametrize("nproc", [2, 3, 4])
+def test_any_source_stress(smddp_built, nproc):
+    p = torchrun(os.path.join(WORKERS, "p2p_any_source.py"), nproc, "stress", str(600 // nproc), timeout=300)
+    assert_all_ok(p, nproc)
+
+
+def test_torch_suite_send_recv_any_source_repeatedly(smddp_built):
+    """torch's test_send_recv_any_source, 10 times in a row (SMDDP_ANY_SOURCE_RUNS=50 for the long form)."""
+    runs = int(os.environ.get("SMDDP_ANY_SOURCE_RUNS", "10"))
+    cmd = [sys.executable, os.path.join(REPO, "tests", "torch_suite", "run_dist_suite.py"), "--backend", "smddp",
+           "--world", "2", "-k", "test_send_recv_any_source$", "--repeat", str(runs)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 30 * runs, env=child_env(), cwd=REPO)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-6000:]
+    assert out.count("\nOK") == runs, out[-6000:]
