@@ -19,7 +19,9 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
-// SMDDP_CHECK=1 found ranks that disagree on a collective's arguments.
+// The ranks disagree about a collective (kind, count, dtype, op, root, per-peer counts): raised
+// on every rank in the collective's first round, before any output is written. The communicator
+// is aborted (its later calls raise AbortedError naming this); make a new one.
 class MismatchError : public InvalidArgument {
  public:
   using InvalidArgument::InvalidArgument;

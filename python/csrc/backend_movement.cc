@@ -94,16 +94,32 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::_allgather_base(at::Tensor& 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                        std::vector<at::Tensor>& inputs,
                                                                        const ::c10d::AllgatherOptions& opts) {
+  // torch's layout: outputs[r][k] receives rank r's inputs[k] (one list per rank).
   return guarded("allgather_coalesced", [&] {
-    if (outputs.size() != inputs.size())
-      throw InvalidArgument(who(getRank()) + "allgather_coalesced: one output list per input needed");
+    if (static_cast<int>(outputs.size()) != getSize())
+      throw InvalidArgument(who(getRank()) + "allgather_coalesced: needs one output list per rank (" +
+                            std::to_string(getSize()) + "), got " + std::to_string(outputs.size()));
+    for (size_t r = 0; r < outputs.size(); ++r) {
+      if (outputs[r].size() != inputs.size())
+        throw InvalidArgument(who(getRank()) + "allgather_coalesced: output list " + std::to_string(r) + " has " +
+                              std::to_string(outputs[r].size()) + " tensors, one per input (" +
+                              std::to_string(inputs.size()) + ") needed");
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        check_tensor(outputs[r][k], "allgather_coalesced", getRank());
+        check_same_type(outputs[r][k], inputs[k], "allgather_coalesced", getRank());
+        if (outputs[r][k].numel() != inputs[k].numel())
+          throw InvalidArgument(who(getRank()) + "allgather_coalesced: output [" + std::to_string(r) + "][" +
+                                std::to_string(k) + "] has " + std::to_string(outputs[r][k].numel()) +
+                                " elements, input " + std::to_string(k) + " has " + std::to_string(inputs[k].numel()));
+      }
+    }
     Pending all;
     for (size_t k = 0; k < inputs.size(); ++k) {
-      if (static_cast<int>(outputs[k].size()) != getSize())
-        throw InvalidArgument(who(getRank()) + "allgather_coalesced: each output list needs world-size tensors");
+      check_tensor(inputs[k], "allgather_coalesced", getRank());
       at::Tensor flat = at::empty({inputs[k].numel() * getSize()}, inputs[k].options());
       Pending p = allgather_one(flat, inputs[k], "allgather_coalesced");
-      std::vector<at::Tensor> outs = outputs[k];
+      std::vector<at::Tensor> outs;
+      for (auto& list : outputs) outs.push_back(list[k]);
       p.outputs = outs;
       p.finalizers.push_back([flat, outs] { unflatten_into(flat, outs); });
       all.merge(std::move(p));

@@ -7,8 +7,14 @@ namespace smddp::detail {
 using algorithms::CollKind;
 
 namespace {
-enum Word { kSeq, kKind, kDtype, kCount, kOp, kFactor, kRoot, kFlags };
-constexpr uint64_t kPerPeerCounts = 1;  // kFlags: alltoall with per-peer counts
+// kWhat packs kind+1 (bits 0-7), dtype (8-15), op+1 (16-23) and flags (24-31).
+enum Word { kSeq, kWhat, kCount, kRoot, kFactor };
+constexpr uint64_t kPerPeerCounts = 1;  // flag: alltoall with per-peer counts
+
+uint64_t kind_of(const Fingerprint& fp) { return fp[kWhat] & 0xff; }
+uint64_t dtype_of(const Fingerprint& fp) { return (fp[kWhat] >> 8) & 0xff; }
+uint64_t op_of(const Fingerprint& fp) { return (fp[kWhat] >> 16) & 0xff; }
+uint64_t flags_of(const Fingerprint& fp) { return (fp[kWhat] >> 24) & 0xff; }
 
 bool has_reduction(CollKind k) {
   return k == CollKind::allreduce || k == CollKind::reduce || k == CollKind::reduce_scatter;
@@ -19,37 +25,40 @@ bool has_root(CollKind k) {
 }  // namespace
 
 Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a) {
+  static_assert(kFactor < shm::Group::kFingerprintWords);
   Fingerprint fp{};
   fp[kSeq] = coll_seq;
-  fp[kKind] = static_cast<uint64_t>(a.kind) + 1;  // never all zero: an unwritten slot differs
-  if (a.kind == CollKind::barrier) return fp;
-  fp[kDtype] = static_cast<uint64_t>(a.dtype);
-  if (a.uniform) fp[kCount] = a.count;
-  else fp[kFlags] |= kPerPeerCounts;
-  if (has_reduction(a.kind)) {
-    fp[kOp] = static_cast<uint64_t>(a.op.op) + 1;
-    if (a.op.op == ReduceOp::premul_sum) std::memcpy(&fp[kFactor], &a.op.factor, sizeof(double));
+  uint64_t what = static_cast<uint64_t>(a.kind) + 1;  // never zero: an unwritten slot differs
+  if (a.kind != CollKind::barrier) {
+    what |= static_cast<uint64_t>(a.dtype) << 8;
+    if (a.uniform) fp[kCount] = a.count;
+    else what |= kPerPeerCounts << 24;
+    if (has_reduction(a.kind)) {
+      what |= (static_cast<uint64_t>(a.op.op) + 1) << 16;
+      if (a.op.op == ReduceOp::premul_sum) std::memcpy(&fp[kFactor], &a.op.factor, sizeof(double));
+    }
+    if (has_root(a.kind)) fp[kRoot] = static_cast<uint64_t>(a.root);
   }
-  if (has_root(a.kind)) fp[kRoot] = static_cast<uint64_t>(a.root);
+  fp[kWhat] = what;
   return fp;
 }
 
 std::string describe(const Fingerprint& fp) {
-  if (fp[kKind] == 0) return "nothing";
-  const auto kind = static_cast<CollKind>(fp[kKind] - 1);
+  if (kind_of(fp) == 0) return "nothing";
+  const auto kind = static_cast<CollKind>(kind_of(fp) - 1);
   std::string s = algorithms::to_string(kind);
   s += '(';
   if (kind != CollKind::barrier) {
-    s += to_string(static_cast<DataType>(fp[kDtype]));
-    if (fp[kFlags] & kPerPeerCounts) {
+    s += to_string(static_cast<DataType>(dtype_of(fp)));
+    if (flags_of(fp) & kPerPeerCounts) {
       s += ", per-peer counts";
     } else {
       s += ", ";
       s += std::to_string(fp[kCount]);
       s += " elements";
     }
-    if (fp[kOp]) {
-      const auto op = static_cast<ReduceOp>(fp[kOp] - 1);
+    if (op_of(fp)) {
+      const auto op = static_cast<ReduceOp>(op_of(fp) - 1);
       s += ", ";
       s += to_string(op);
       if (op == ReduceOp::premul_sum) {

@@ -559,7 +559,7 @@ void Endpoint::wait(const Handle& h, const OpInfo& op, const std::function<void(
       next_watch = Clock::now() + std::chrono::milliseconds(20);
     }
     if (Clock::now() >= op.deadline)
-      throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
+      throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
                              " ms waiting to " + (h->is_send ? "send to" : "receive from") + " rank " +
                              std::to_string(h->peer) + " over libfabric (" + impl_->provider + ")",
                          {h->peer});

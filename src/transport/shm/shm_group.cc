@@ -84,7 +84,9 @@ struct alignas(128) Group::RankCtl {
   std::atomic<uint32_t> departed;
   uint64_t pidns;
   uint64_t words[2][kWords];
-  uint64_t fingerprint[2][kFingerprintWords];
+  // Off the step's line: writing it there made peers polling the step fetch the line twice
+  // (measured slower at 8 B; docs/performance.md).
+  alignas(64) uint64_t fingerprint[2][kFingerprintWords];
 };
 
 struct Group::FifoCtl {
@@ -321,7 +323,7 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
                           " while this rank waited for it to " + waiting_for,
                       global(lost));
     if (now >= op.deadline && !ready())
-      throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
+      throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
                              " ms: ranks " + ranks_str(global(late)) + " did not " + waiting_for,
                          global(late));
   }
@@ -406,10 +408,10 @@ void Group::check_progress(int peer, const OpInfo& op, const char* waiting_for) 
   if (now >= op.deadline) {
     const int who = peer >= 0 ? global(peer) : op.peer;
     if (who < 0)  // a collective waiting on other nodes: the network wait names the rank
-      throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
+      throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
                              " ms waiting for ranks on other nodes",
                          {});
-    throw TimeoutError("smddp: " + op.describe() + " timed out after " + std::to_string(op.timeout.count()) +
+    throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
                            " ms: rank " + std::to_string(who) + " did not " + waiting_for,
                        {who});
   }

@@ -1,0 +1,80 @@
+"""Ranks that disagree about a collective, through torch.distributed: every rank gets an error
+naming both sides within a second, the output is untouched, later calls say the group was
+aborted, and a new process group works. The last rank is the one that differs.
+
+    python3 mismatch.py CASE     CASE: count dtype root op kind ddp_extra_param
+"""
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import smddp  # noqa: F401
+from common import checker
+
+check, done = checker()
+case = sys.argv[1]
+dist.init_process_group(backend="smddp")
+rank, world = dist.get_rank(), dist.get_world_size()
+odd = rank == world - 1
+out = torch.full((20,), -7.0)
+expect = {
+    "count": "called allreduce(f32, 10 elements, sum)",
+    "dtype": "called allreduce(f64, 16 elements, sum)",
+    "root": "called broadcast(f32, 16 elements, root 1)",
+    "op": "called allreduce(f32, 16 elements, max)",
+    "kind": "called broadcast(f32, 16 elements, root 0)",
+    # torch's DDP compares the parameter counts itself first (with an agreeing collective),
+    # so here the error is torch's and the group stays usable.
+    "ddp_extra_param": "DDP expects same model across all ranks",
+}[case]
+aborts = case != "ddp_extra_param"
+
+
+def call():
+    if case == "count":
+        dist.all_reduce(out[: 10 if odd else 20])
+    elif case == "dtype":
+        t = torch.full((16,), -7.0, dtype=torch.float64) if odd else out[:16]
+        dist.all_reduce(t)
+        if odd:
+            check("f64 output untouched", bool((t == -7.0).all()), str(t[:3]))
+    elif case == "root":
+        dist.broadcast(out[:16], src=1 if odd else 0)
+    elif case == "op":
+        dist.all_reduce(out[:16], op=dist.ReduceOp.MAX if odd else dist.ReduceOp.SUM)
+    elif case == "kind":
+        if odd:
+            dist.broadcast(out[:16], src=0)
+        else:
+            dist.all_reduce(out[:16])
+    elif case == "ddp_extra_param":
+        layers = [torch.nn.Linear(4, 4)] + ([torch.nn.Linear(4, 4)] if odd else [])
+        torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers))
+
+
+t0 = time.time()
+try:
+    call()
+    check("mismatch raises", False, "no error")
+except Exception as e:  # torch wraps ours in RuntimeError/DistBackendError
+    took = time.time() - t0
+    msg = str(e)
+    check("error names both sides", expect in msg, msg[:600])
+    check("error within a second", took < 1.0, f"{took:.2f} s")
+check("output untouched", bool((out == -7.0).all()), str(out[:4].tolist()))
+if aborts:
+    try:
+        dist.all_reduce(torch.ones(2))
+        check("later call fails", False, "no error")
+    except Exception as e:
+        check("later call says the group was aborted", "aborted" in str(e), str(e)[:300])
+# As after a lost rank: a new group works.
+dist.destroy_process_group()
+dist.init_process_group(backend="smddp")
+t = torch.ones(4)
+dist.all_reduce(t)
+check("new group works", torch.equal(t, torch.full((4,), float(world))), str(t))
+dist.destroy_process_group()
+done()
