@@ -34,9 +34,11 @@ TEST(Config, ParsesSizesAndBooleans) {
   setenv("SMDDP_SHM_CHUNK", "2m", 1);
   EXPECT_EQ(smddp::config::get_int("SMDDP_SHM_CHUNK"), 2 << 20);
   unsetenv("SMDDP_SHM_CHUNK");
-  setenv("SMDDP_CHECK", "yes", 1);
-  EXPECT_TRUE(smddp::config::get_bool("SMDDP_CHECK"));
-  unsetenv("SMDDP_CHECK");
-  EXPECT_FALSE(smddp::config::get_bool("SMDDP_CHECK"));
+  setenv("SMDDP_CHECK_CONSISTENCY", "no", 1);
+  EXPECT_FALSE(smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY"));
+  setenv("SMDDP_CHECK_CONSISTENCY", "yes", 1);
+  EXPECT_TRUE(smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY"));
+  unsetenv("SMDDP_CHECK_CONSISTENCY");
+  EXPECT_TRUE(smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY"));  // on by default
   EXPECT_THROW(smddp::config::get_string("SMDDP_NOT_A_PARAM"), std::logic_error);
 }
