@@ -339,10 +339,35 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::barrier(const ::c10d::Barrie
   });
 }
 
-void ProcessGroupSmddp::monitoredBarrier(const ::c10d::BarrierOptions& opts, bool) {
-  // Every rank waits for all others; a timeout names the ranks that did not arrive.
+void ProcessGroupSmddp::monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  // Every rank waits for all others; failures are worded as gloo words them (torch's tests and
+  // users' scripts look for these phrases). As in gloo, rank 0's deadline is the one that
+  // counts: the other ranks wait longer, so rank 0 times out first and names the missing ranks
+  // (the first, or all of them with wait_all_ranks), and the others learn of it from its abort.
+  // opts.timeout: negative = unset (the group's timeout); 0 = give up at once.
+  std::chrono::milliseconds timeout = opts.timeout;
+  if (timeout.count() == 0) timeout = std::chrono::milliseconds(1);
+  else if (timeout.count() < 0) timeout = std::chrono::milliseconds(0);
+  if (getRank() != 0 && timeout.count() > 0) timeout = timeout * 2 + std::chrono::milliseconds(1000);
+  const std::string within = opts.timeout.count() >= 0 ? std::to_string(opts.timeout.count()) + " ms"
+                                                         : std::string("the group's timeout");
   try {
-    comm_->barrier(opts.timeout.count() > 0 ? opts.timeout : std::chrono::milliseconds(0)).wait();
+    comm_->barrier(timeout).wait();
+  } catch (const smddp::TimeoutError& e) {
+    std::vector<int> missing = e.missing_ranks();
+    if (!wait_all_ranks && missing.size() > 1) missing.resize(1);
+    std::string list;
+    for (size_t i = 0; i < missing.size(); ++i) list += (i ? ", " : "") + std::to_string(missing[i]);
+    TORCH_CHECK(false, "Rank ", getRank(), " timed out in monitoredBarrier after ", within, ". ",
+                missing.size() == 1 ? "Rank " : "Ranks ", list.empty() ? std::string("?") : list,
+                " failed to pass monitoredBarrier in ", within, " (", e.what(), ")");
+  } catch (const smddp::PeerError& e) {
+    TORCH_CHECK(false, "[Rank ", getRank(), "]: Rank ", e.peer(), " failed to pass monitoredBarrier (", e.what(), ")");
+  } catch (const smddp::AbortedError& e) {
+    TORCH_CHECK(false, "Rank ", getRank(),
+                " successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank "
+                "0. Please check rank 0 logs for faulty rank. (",
+                e.what(), ")");
   } catch (const smddp::Error& e) {
     TORCH_CHECK(false, "smddp: monitored_barrier failed: ", e.what());
   }

@@ -40,3 +40,18 @@ def test_all_gather_coalesced(smddp_built):
 def test_gloo_gated_tests_pass_on_smddp(smddp_built, selection, must_pass):
     rc, passed, out = run_suite(selection, as_gloo=True)
     assert rc == 0 and passed >= must_pass, out[-6000:]
+
+
+def _monitored_barrier_admits_plugins():
+    import inspect
+
+    import torch.distributed.distributed_c10d as c10d
+    return "only implemented for GLOO" not in inspect.getsource(c10d.monitored_barrier)
+
+
+@pytest.mark.skipif(not _monitored_barrier_admits_plugins(),
+                    reason="this torch's dist.monitored_barrier refuses every backend but gloo before reaching ours")
+@pytest.mark.parametrize("world", [2, 3])
+def test_monitored_barrier(smddp_built, world):
+    rc, passed, out = run_suite(["test_monitored_barrier"], as_gloo=True, world=world)
+    assert rc == 0 and passed >= 3, out[-6000:]

@@ -62,7 +62,9 @@ except Exception as e:  # torch wraps ours in RuntimeError/DistBackendError
     took = time.time() - t0
     msg = str(e)
     check("error names both sides", expect in msg, msg[:600])
-    check("error within a second", took < 1.0, f"{took:.2f} s")
+    # Ours comes from the collective's first round; DDP's own check runs inside DDP's set-up.
+    limit = 10.0 if case == "ddp_extra_param" else 1.0
+    check(f"error within {limit:.0f} s", took < limit, f"{took:.2f} s")
 check("output untouched", bool((out == -7.0).all()), str(out[:4].tolist()))
 if aborts:
     try:
