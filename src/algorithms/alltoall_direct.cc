@@ -33,10 +33,10 @@ void alltoall_direct(Context& ctx, const CollArgs& a) {
     ctx.shm.arrive();
     ctx.shm.wait_all(ctx.op);
     for (int j = 0; j < w; ++j) longest = std::max<size_t>(longest, ctx.shm.words(j, p)[0]);
+    auto counts_of = [&](int r) { return reinterpret_cast<const uint64_t*>(ctx.shm.slot(r, p)); };
     for (int i = 0; fits && i < w; ++i)
       for (int j = 0; j < w; ++j) {
-        const uint64_t sent = reinterpret_cast<const uint64_t*>(ctx.shm.slot(i, p))[j];
-        const uint64_t expected = reinterpret_cast<const uint64_t*>(ctx.shm.slot(j, p))[w + i];
+        const uint64_t sent = counts_of(i)[j], expected = counts_of(j)[w + i];
         if (sent != expected)
           throw MismatchError("smddp: " + ctx.op.describe() + ": ranks disagree on alltoall counts: rank " +
                               std::to_string(i) + " sends " + std::to_string(sent) + " elements to rank " +

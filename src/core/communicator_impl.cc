@@ -89,9 +89,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   }
   if (!scratch_) scratch_ = std::make_unique<algorithms::ScratchPool>();
   shm_->set_disagreement_handler([this](const std::vector<Fingerprint>& all) {
-    std::vector<int> global = multi_node_ ? topo_.local_ranks() : std::vector<int>{};
-    if (global.empty())
-      for (int r = 0; r < static_cast<int>(all.size()); ++r) global.push_back(r);
+    const std::vector<int> global = multi_node_ ? topo_.local_ranks() : std::vector<int>{};
     throw MismatchError(prefix() + "ranks called different collectives: " + describe_disagreement(all, global) +
                         ". Nothing was written to the output buffers; the communicator is aborted");
   });

@@ -24,7 +24,8 @@ std::string describe(const Fingerprint& fp);
 
 // One clause per distinct fingerprint, in rank order, naming the (global) ranks that announced
 // it: "rank 0 called allreduce(f32, 16 elements, sum); rank 1 called allreduce(f64, ...)". The
-// same text on every rank. `global[i]` is the communicator rank of local rank i.
+// same text on every rank. `global[i]` is the communicator rank of local rank i (empty: the
+// local ranks are the communicator's).
 std::string describe_disagreement(const std::vector<Fingerprint>& all, const std::vector<int>& global);
 
 }  // namespace smddp::detail

@@ -67,7 +67,7 @@ bool RecvAny::poll(shm::Group& g, const OpInfo& op) {
       Header h{};
       // A FIFO an earlier receive holds may be mid-message: its head is not a header, and its
       // next message is that receive's anyway.
-      if (g.fifo_claimed_by_other(false, src, nullptr) || g.fifo_available(src) < sizeof h) continue;
+      if (g.fifo_claimed(false, src) || g.fifo_available(src) < sizeof h) continue;
       g.fifo_peek(src, &h, sizeof h);
       if (h.magic == kMagic && h.tag == tag_) {
         chosen_ = std::make_unique<Recv>(data_, bytes_, src, tag_);

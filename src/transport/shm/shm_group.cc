@@ -85,7 +85,7 @@ struct alignas(128) Group::RankCtl {
   uint64_t pidns;
   uint64_t words[2][kWords];
   // Off the step's line: writing it there made peers polling the step fetch the line twice
-  // (measured slower at 8 B; docs/performance.md).
+  // (measured no faster at 8 B; docs/reliability.md).
   alignas(64) uint64_t fingerprint[2][kFingerprintWords];
 };
 
@@ -96,7 +96,8 @@ struct Group::FifoCtl {
 
 Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout,
              std::vector<int> global_ranks)
-    : rank_(rank), size_(size), cfg_(cfg), global_(std::move(global_ranks)) {
+    : rank_(rank), size_(size), cfg_(cfg), fifo_owner_(2 * static_cast<size_t>(size), nullptr),
+      global_(std::move(global_ranks)) {
   cfg_.slot_bytes = round_up(std::max<size_t>(cfg_.slot_bytes, kPage), kPage);
   size_t fifo = kPage;
   while (fifo < cfg_.fifo_bytes) fifo <<= 1;
@@ -230,7 +231,7 @@ void Group::wait_all(const OpInfo& op) {
 // rewritten while a rank may still read it.
 void Group::announce(const Fingerprint& fp) {
   const int parity = static_cast<int>(announcements_++ & 1);
-  std::memcpy(ctl(rank_)->fingerprint[parity], fp.data(), sizeof(uint64_t) * kFingerprintWords);
+  std::memcpy(ctl(rank_)->fingerprint[parity], fp.data(), sizeof(Fingerprint));
   fp_pending_ = true;
 }
 
@@ -240,11 +241,11 @@ void Group::compare_fingerprints() {
   const uint64_t* mine = ctl(rank_)->fingerprint[parity];
   bool same = true;
   for (int r = 0; r < size_ && same; ++r)
-    same = std::memcmp(ctl(r)->fingerprint[parity], mine, sizeof(uint64_t) * kFingerprintWords) == 0;
+    same = std::memcmp(ctl(r)->fingerprint[parity], mine, sizeof(Fingerprint)) == 0;
   if (same || !on_disagreement_) return;
   std::vector<Fingerprint> all(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r)
-    std::memcpy(all[static_cast<size_t>(r)].data(), ctl(r)->fingerprint[parity], sizeof(uint64_t) * kFingerprintWords);
+    std::memcpy(all[static_cast<size_t>(r)].data(), ctl(r)->fingerprint[parity], sizeof(Fingerprint));
   on_disagreement_(all);
 }
 
@@ -346,22 +347,18 @@ size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
 }
 
 bool Group::claim_fifo(bool outgoing, int peer, const void* who) {
-  if (fifo_owner_.empty()) fifo_owner_.assign(2 * static_cast<size_t>(size_), nullptr);
   const void*& owner = fifo_owner_[static_cast<size_t>(outgoing) * size_ + peer];
   if (!owner) owner = who;
   return owner == who;
 }
 
 void Group::release_fifo(bool outgoing, int peer, const void* who) {
-  if (fifo_owner_.empty()) return;
   const void*& owner = fifo_owner_[static_cast<size_t>(outgoing) * size_ + peer];
   if (owner == who) owner = nullptr;
 }
 
-bool Group::fifo_claimed_by_other(bool outgoing, int peer, const void* who) const {
-  if (fifo_owner_.empty()) return false;
-  const void* owner = fifo_owner_[static_cast<size_t>(outgoing) * size_ + peer];
-  return owner && owner != who;
+bool Group::fifo_claimed(bool outgoing, int peer) const {
+  return fifo_owner_[static_cast<size_t>(outgoing) * size_ + peer] != nullptr;
 }
 
 size_t Group::fifo_available(int src) const {

@@ -98,7 +98,7 @@ class Group {
   // sends to, or receives from, the same peer never interleave their bytes. Engine thread only.
   bool claim_fifo(bool outgoing, int peer, const void* who);  // true while `who` holds it
   void release_fifo(bool outgoing, int peer, const void* who);
-  bool fifo_claimed_by_other(bool outgoing, int peer, const void* who) const;
+  bool fifo_claimed(bool outgoing, int peer) const;
   // Throws if the communicator was aborted, the peer is gone, or the deadline passed. peer < 0:
   // a rank on another node (no liveness check here; the error names op.peer).
   void check_progress(int peer, const OpInfo& op, const char* waiting_for);
