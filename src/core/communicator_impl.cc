@@ -48,7 +48,10 @@ shm::GroupConfig group_config(int size) {
   c.spin = static_cast<int>(config::get_int("SMDDP_SPIN"));
   // More ranks than cores: spinning only steals the time slice of the rank we wait for.
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cpus > 0 && size > cpus) c.spin = std::min(c.spin, 64);
+  if (cpus > 0 && size > cpus) {
+    c.spin = std::min(c.spin, 64);
+    c.yield_to_peers = true;
+  }
   return c;
 }
 

@@ -15,8 +15,10 @@
 //   - per rank, a fingerprint of the collective it is running (double-buffered like the words),
 //     compared by the first wait_all() after it was announced: ranks that disagree about a
 //     collective find out in the round they already share, before any data is combined.
-// Waits spin briefly, then yield, then sleep; each one watches the deadline, the abort word and
-// whether the ranks it waits for are still alive.
+// Waits spin briefly, then sleep on a futex in the segment that arrive() rings when someone
+// sleeps (with more ranks than cores, yield briefly first; across nodes, where the network must
+// be polled: yield, then sleep); each one watches the deadline, the abort word and whether the
+// ranks it waits for are still alive.
 #pragma once
 
 #include <array>
@@ -38,6 +40,7 @@ struct GroupConfig {
   size_t slot_bytes = 256 << 10;
   size_t fifo_bytes = 256 << 10;  // power of two
   int spin = 2000;
+  bool yield_to_peers = false;  // more local ranks than cores: yield briefly before sleeping
 };
 
 class Group {
@@ -129,6 +132,9 @@ class Group {
 
   template <class Ready, class Missing>
   void wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for);
+  template <class Ready>
+  void sleep_until_rung(Ready ready, std::chrono::nanoseconds timeout);
+  void ring(bool always);  // wakes the sleepers (always, or only if some sleep)
 
   int rank_;
   int size_;
@@ -146,6 +152,7 @@ class Group {
   std::function<void(const std::vector<Fingerprint>&)> on_disagreement_;
   std::vector<int> global_;
   Clock::time_point next_liveness_check_{};
+  Clock::time_point no_yield_until_{};  // a yield lost the core to another process: sleep till then
 };
 
 }  // namespace smddp::shm
