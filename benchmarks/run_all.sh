@@ -3,7 +3,7 @@
 #   benchmarks/run_all.sh [OUT]      (default OUT=docs/performance)
 # 1. smddp-perf (C++, no torch) at w=2 and w=4: allreduce, allgather, reduce_scatter
 # 2. torch.distributed sweep, smddp vs gloo vs mpi, w=2 and w=4, with the memcpy ceiling, plus
-#    DDP and FSDP training-step times
+#    DDP and FSDP training-step times; allreduce again with the cores shared three ways
 # 3. the link ceiling: iperf3 between two namespace hosts, unshaped and capped at 10 Gbit/s
 # 4. smddp-perf across 2 namespace hosts x 2 ranks (libfabric), unshaped and capped
 set -euo pipefail
@@ -34,6 +34,14 @@ for np in 2 4; do
     --factor 4 --memcpy --out "$OUT/torch_np$np"
 done
 echo "torch sweeps done"
+
+# 2b. the cores shared (#18): OMP_NUM_THREADS=1, unset, and =1 beside one busy process per core
+for np in 2 4; do
+  tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
+    --backends smddp,mpi,gloo --ops allreduce --min 8 --max 4M --factor 32 --contention 1,unset,hog \
+    --out "$OUT/contention_np$np"
+done
+echo "contention sweeps done"
 
 {
   echo "unshaped:      $(tools/netns iperf --seconds 5)"

@@ -9,6 +9,13 @@ for smddp and gloo, mpirun for torch's mpi backend), checks every result (#wrong
 axes). `--memcpy` adds the single-core memcpy bandwidth over the same sizes (the ceiling of a
 shared-memory transport), measured by this script too. Sizes follow nccl-tests: bytes of the
 largest buffer; busbw uses nccl-tests' factors.
+
+`--contention 1,unset,hog` runs every backend three ways, as training jobs run: OMP_NUM_THREADS=1
+(what torchrun sets), OMP_NUM_THREADS unset (what mpirun, srun and SageMaker's MPI launcher
+leave: torch's intra-op pool gets one thread per core), and OMP_NUM_THREADS=1 with one busy
+process per core beside the ranks (standing in for dataloader workers). Each row also carries
+the CPU time the ranks spent (user+sys, all ranks together) per operation, so cost is seen
+beside speed.
 """
 import argparse
 import csv
@@ -46,6 +53,11 @@ def iters_for(nbytes, base):
 
 # ------------------------------------------------------------------------------------------------
 def worker(args):
+    if args.omp_unset:
+        # Before torch (and libgomp) read it: torchrun sets it to 1 when it is missing.
+        os.environ.pop("OMP_NUM_THREADS", None)
+    import resource
+
     import torch
     import torch.distributed as dist
 
@@ -106,25 +118,31 @@ def worker(args):
                 for _ in range(max(args.warmup, min(50, n // 4))):
                     run()
                 dist.barrier()
+                ru0 = resource.getrusage(resource.RUSAGE_SELF)
                 t0 = time.perf_counter()
                 for _ in range(n):
                     run()
                 dt = (time.perf_counter() - t0) / n
+                ru1 = resource.getrusage(resource.RUSAGE_SELF)
+                cpu = (ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime) / n
                 reset()
                 run()
                 wrong = int((result() != expect()).sum().item())
                 t = torch.tensor([dt, float(wrong)], dtype=torch.float64)
                 dist.all_reduce(t, op=dist.ReduceOp.MAX)
                 dt, wrong = t[0].item(), int(t[1].item())
+                c = torch.tensor([cpu], dtype=torch.float64)
+                dist.all_reduce(c)  # CPU of all ranks together
+                cpu = c.item()
                 err = ""
             except RuntimeError as e:  # the backend lacks the collective (mpi: reduce_scatter)
-                dt, wrong, err = float("nan"), 0, str(e).splitlines()[0][:80]
+                dt, wrong, cpu, err = float("nan"), 0, float("nan"), str(e).splitlines()[0][:80]
                 dist.barrier()
             if rank == 0:
                 algbw = count * 4 / dt / 1e9 if dt == dt else float("nan")
                 results.append({"backend": args.backend, "op": op, "world": world, "bytes": count * 4,
                                 "time_us": dt * 1e6, "algbw": algbw, "busbw": algbw * BUS[op](world),
-                                "wrong": wrong, "error": err})
+                                "wrong": wrong, "error": err, "mode": args.mode, "cpu_us": cpu * 1e6})
                 print(f"\r  {args.backend:6} {op:15} {count * 4:>10} B  {dt * 1e6:>12.1f} us", end="", flush=True)
     if rank == 0:
         print(flush=True)
@@ -171,7 +189,8 @@ def step_time(op, args, rank, world):
     if rank == 0:
         print(f"\r  {args.backend:6} {op:15} {params * 4:>10} B  {dt * 1e6:>12.1f} us", end="", flush=True)
         return [{"backend": args.backend, "op": op, "world": world, "bytes": params * 4, "time_us": dt * 1e6,
-                 "algbw": float("nan"), "busbw": float("nan"), "wrong": 0, "error": err}]
+                 "algbw": float("nan"), "busbw": float("nan"), "wrong": 0, "error": err, "mode": args.mode,
+                 "cpu_us": float("nan")}]
     return []
 
 
@@ -189,7 +208,8 @@ def memcpy_rows(szs, iters):
             b.copy_(a)
         dt = (time.perf_counter() - t0) / n
         rows.append({"backend": "memcpy", "op": "limit", "world": 1, "bytes": a.numel() * 4, "time_us": dt * 1e6,
-                     "algbw": a.numel() * 4 / dt / 1e9, "busbw": a.numel() * 4 / dt / 1e9, "wrong": 0, "error": ""})
+                     "algbw": a.numel() * 4 / dt / 1e9, "busbw": a.numel() * 4 / dt / 1e9, "wrong": 0, "error": "",
+                     "mode": "1", "cpu_us": dt * 1e6})
     return rows
 
 
@@ -206,27 +226,13 @@ def driver(args):
     common = ["--worker", "--ops", args.ops, "--min", args.min, "--max", args.max, "--factor", str(args.factor),
               "--iters", str(args.iters), "--warmup", str(args.warmup), "--step-width", str(args.step_width)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    for backend in args.backends.split(","):
-        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
-            out_json = tmp.name
-        if backend == "mpi":
-            env_mpi = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                           OMPI_MCA_rmaps_base_oversubscribe="1")
-            cmd = ["mpirun", "-np", str(args.np), "--bind-to", "none", "--map-by", ":OVERSUBSCRIBE", sys.executable, me, "--backend", "mpi",
-                   "--out-json", out_json] + common
-            e = env_mpi
-        else:
-            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.np}",
-                   f"--master_port={free_port()}", me, "--backend", backend, "--out-json", out_json] + common
-            e = env
-        print(f"== {backend}: {' '.join(cmd[:6])} ...", flush=True)
-        p = subprocess.run(cmd, env=e, stderr=subprocess.PIPE, text=True)
-        if p.returncode != 0:
-            print(p.stderr[-3000:], file=sys.stderr)
-            raise SystemExit(f"{backend} run failed")
-        with open(out_json) as f:
-            rows += json.load(f)
-        os.unlink(out_json)
+    # Modes outside, backends inside: the backends of one mode run back to back, so a change in
+    # the machine's background load shows in every backend of that table alike.
+    for mode in args.contention.split(","):
+        if mode not in ("1", "unset", "hog"):
+            raise SystemExit(f"--contention: unknown mode {mode!r} (known: 1, unset, hog)")
+        for backend in args.backends.split(","):
+            rows += run_backend(backend, mode, me, common, env, args)
     if args.memcpy:
         rows += memcpy_rows(sizes(parse_size(args.min), parse_size(args.max), args.factor), args.iters)
     write_outputs(rows, args)
@@ -235,17 +241,51 @@ def driver(args):
         raise SystemExit(f"{len(bad)} results had wrong elements: {bad[:3]}")
 
 
-def write_outputs(rows, args):
-    fields = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error"]
-    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    backends = [b for b in args.backends.split(",")]
-    lim = {r["bytes"]: r for r in rows if r["backend"] == "memcpy"}
-    lines = [f"# torch.distributed collectives, {args.np} processes on one node\n"]
+def start_hogs():
+    """One busy process per core, as dataloader workers or a preprocessing job beside training."""
+    code = "import time\nwhile True: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(os.cpu_count() or 1)]
+
+
+def run_backend(backend, mode, me, common, env, args):
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+        out_json = tmp.name
+    extra = ["--mode", mode] + (["--omp-unset"] if mode == "unset" else [])
+    if backend == "mpi":
+        e = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                 OMPI_MCA_rmaps_base_oversubscribe="1")
+        cmd = ["mpirun", "-np", str(args.np), "--bind-to", "none", "--map-by", ":OVERSUBSCRIBE", sys.executable, me,
+               "--backend", "mpi", "--out-json", out_json] + common + extra
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.np}",
+               f"--master_port={free_port()}", me, "--backend", backend, "--out-json", out_json] + common + extra
+        e = env
+    print(f"== {backend} (OMP_NUM_THREADS{MODE_TITLE[mode]}): {' '.join(cmd[:6])} ...", flush=True)
+    hogs = start_hogs() if mode == "hog" else []
+    try:
+        p = subprocess.run(cmd, env=e, stderr=subprocess.PIPE, text=True)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    if p.returncode != 0:
+        print(p.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"{backend} run failed")
+    with open(out_json) as f:
+        rows = json.load(f)
+    os.unlink(out_json)
+    return rows
+
+
+MODE_TITLE = {"1": "=1", "unset": " unset", "hog": "=1, one busy process per core beside the ranks"}
+
+
+def mode_tables(rows, mode, backends, lim, args):
+    """The markdown tables of one contention mode (mode None: the only one, no title suffix)."""
+    sfx = f", OMP_NUM_THREADS{MODE_TITLE[mode]}" if mode else ""
+    lines = []
     for op in [o for o in args.ops.split(",") if o.endswith("_step")]:
-        lines.append(f"\n## {op}: training step time (ms), MLP with {{}} B of gradients\n".replace(
+        lines.append(f"\n## {op}{sfx}: training step time (ms), MLP with {{}} B of gradients\n".replace(
             "{}", str(next((r["bytes"] for r in rows if r["op"] == op), "?"))))
         lines.append("| backend | step (ms) | vs smddp |")
         lines.append("|---|---|---|")
@@ -258,8 +298,8 @@ def write_outputs(rows, args):
             lines.append(f"| {b} | {r['time_us'] / 1e3:.2f} | {ratio} |" if ok else
                          f"| {b} | n/a ({(r or {}).get('error', '')}) | n/a |")
     for op in [o for o in args.ops.split(",") if not o.endswith("_step")]:
-        lines.append(f"\n## {op} (busbw GB/s, time µs)\n")
-        hdr = "| size (B) | " + " | ".join(f"{b} busbw | {b} µs" for b in backends)
+        lines.append(f"\n## {op}{sfx} (busbw GB/s, time µs, CPU µs per op summed over ranks)\n")
+        hdr = "| size (B) | " + " | ".join(f"{b} busbw | {b} µs | {b} CPU µs" for b in backends)
         hdr += " | smddp/gloo | smddp/mpi |" if "smddp" in backends else " |"
         if lim:
             hdr = hdr.rstrip(" |") + " | memcpy GB/s | smddp/limit |"
@@ -270,7 +310,9 @@ def write_outputs(rows, args):
             cells = []
             for b in backends:
                 r = by.get((b, nbytes))
-                cells += ["n/a", "n/a"] if not r or r["time_us"] != r["time_us"] else [f"{r['busbw']:.3f}", f"{r['time_us']:.1f}"]
+                cpu = r.get("cpu_us", float("nan")) if r else float("nan")
+                cells += (["n/a"] * 3 if not r or r["time_us"] != r["time_us"] else
+                          [f"{r['busbw']:.3f}", f"{r['time_us']:.1f}", f"{cpu:.1f}" if cpu == cpu else "n/a"])
             row = f"| {nbytes} | " + " | ".join(cells)
             if "smddp" in backends:
                 s = by.get(("smddp", nbytes))
@@ -284,6 +326,22 @@ def write_outputs(rows, args):
                 row += (f" | {by[('smddp', nbytes)]['busbw'] / lim[nbytes]['algbw']:.2f}"
                         if nbytes in lim and s_ok else " | n/a")
             lines.append(row + " |")
+    return lines
+
+
+def write_outputs(rows, args):
+    fields = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error", "mode", "cpu_us"]
+    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    backends = [b for b in args.backends.split(",")]
+    modes = [m for m in args.contention.split(",")]
+    lim = {r["bytes"]: r for r in rows if r["backend"] == "memcpy"}
+    lines = [f"# torch.distributed collectives, {args.np} processes on one node\n"]
+    for mode in modes:
+        lines += mode_tables([r for r in rows if r.get("mode", "1") == mode and r["backend"] != "memcpy"],
+                             mode if len(modes) > 1 else None, backends, lim, args)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     try:
@@ -295,15 +353,16 @@ def write_outputs(rows, args):
         return
     for op in [o for o in args.ops.split(",") if not o.endswith("_step")]:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
-        for b in backends + (["memcpy"] if lim else []):
+        for b, mode in [(b, m) for m in modes for b in backends] + ([("memcpy", "1")] if lim else []):
             rs = sorted((r for r in rows if r["backend"] == b and (r["op"] == op or b == "memcpy")
-                         and r["time_us"] == r["time_us"]), key=lambda r: r["bytes"])
+                         and r.get("mode", "1") == mode and r["time_us"] == r["time_us"]), key=lambda r: r["bytes"])
             if not rs:
                 continue
             xs = [r["bytes"] for r in rs]
-            a1.plot(xs, [r["busbw"] for r in rs], marker="o", label=b, linestyle="--" if b == "memcpy" else "-")
+            label = b if len(modes) == 1 or b == "memcpy" else f"{b}, OMP {mode}"
+            a1.plot(xs, [r["busbw"] for r in rs], marker="o", label=label, linestyle="--" if b == "memcpy" else "-")
             if b != "memcpy":
-                a2.plot(xs, [r["time_us"] for r in rs], marker="o", label=b)
+                a2.plot(xs, [r["time_us"] for r in rs], marker="o", label=label)
         for a, t in ((a1, "bus bandwidth (GB/s)"), (a2, "time (µs)")):
             a.set_xscale("log", base=2)
             a.set_yscale("log")
@@ -330,6 +389,11 @@ def main():
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--memcpy", action="store_true")
     ap.add_argument("--step-width", type=int, default=1024, help="hidden width of the *_step model")
+    ap.add_argument("--contention", default="1",
+                    help="comma list of 1 (OMP_NUM_THREADS=1), unset (torch's default pool), hog (=1 plus a busy "
+                         "process per core)")
+    ap.add_argument("--mode", default="1", help=argparse.SUPPRESS)
+    ap.add_argument("--omp-unset", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--from-csv", action="store_true", help="rewrite the table and plots from <out>/results.csv")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
@@ -338,7 +402,8 @@ def main():
     if args.from_csv:
         with open(os.path.join(args.out, "results.csv")) as f:
             rows = [dict(r, world=int(r["world"]), bytes=int(r["bytes"]), time_us=float(r["time_us"]),
-                         algbw=float(r["algbw"]), busbw=float(r["busbw"]), wrong=int(r["wrong"]))
+                         algbw=float(r["algbw"]), busbw=float(r["busbw"]), wrong=int(r["wrong"]),
+                         mode=r.get("mode") or "1", cpu_us=float(r.get("cpu_us") or "nan"))
                     for r in csv.DictReader(f)]
         write_outputs(rows, args)
         return

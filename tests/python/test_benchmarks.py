@@ -28,3 +28,35 @@ def test_torch_collectives_smoke(smddp_built, tmp_path):
         assert (out / "allreduce_np2.png").stat().st_size > 0
     except ImportError:
         pass
+
+
+def hog_processes():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"while True: pass" in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_contention_modes_smoke(smddp_built, tmp_path):
+    """--contention runs each backend three ways (#18); every mode gets its table and its rows carry
+    the CPU time spent, and the busy processes of the hog mode are gone afterwards."""
+    out = tmp_path / "bench"
+    p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "torch_collectives.py"), "--np", "2",
+                        "--backends", "smddp,gloo", "--ops", "allreduce", "--min", "8", "--max", "4K",
+                        "--factor", "512", "--iters", "3", "--contention", "1,unset,hog", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env=child_env(), cwd=REPO)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    import csv
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["backend"], r["mode"]) for r in rows} == {(b, m) for b in ("smddp", "gloo") for m in ("1", "unset", "hog")}
+    assert all(r["wrong"] == "0" and float(r["cpu_us"]) > 0 for r in rows), rows
+    md = (out / "results.md").read_text()
+    for title in ("OMP_NUM_THREADS=1 (", "OMP_NUM_THREADS unset (", "OMP_NUM_THREADS=1, one busy process per core"):
+        assert title in md, md[:2000]
+    assert not hog_processes(), "the hog mode left busy processes behind"
