@@ -3,12 +3,15 @@
     import smddp
     torch.distributed.init_process_group(backend="smddp")
 
-Importing this package registers the "smddp" backend with torch.distributed.
+Importing this package registers the "smddp" backend with torch.distributed, and, for ranks
+started by mpirun, srun or SageMaker rather than torchrun, fills the rendezvous variables
+torch's env:// needs from the launcher's own (smddp.launch_env; never overriding any).
 """
 import torch
 import torch.distributed as _dist
 
 from . import _C
+from . import launch_env as _launch_env
 
 __version__ = _C.__version__
 __all__ = ["__version__", "is_registered"]
@@ -31,3 +34,6 @@ def is_registered():
 
 
 _register()
+# Jobs started by mpirun, srun or SageMaker's MPI launcher: RANK, WORLD_SIZE, MASTER_ADDR, ...
+# from their launcher's variables, before init_process_group reads them (never overriding).
+_launch_env.fill_and_log()

@@ -1,0 +1,1 @@
+"""smdistributed.dataparallel.torch.parallel: the old API's DistributedDataParallel."""

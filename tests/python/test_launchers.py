@@ -1,0 +1,108 @@
+"""Ranks started the ways users start them other than torchrun (#10): the rendezvous variables
+filled from the launcher's own (smddp.launch_env), and a job under Open MPI's real mpirun running
+a script written for SageMaker's SMDDP API before 1.4, checked against gloo."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import WORKERS, child_env, REPO
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
+
+
+def _launch_env():
+    # The module alone, from the source tree: it needs only the standard library.
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("smddp_launch_env", os.path.join(REPO, "python", "smddp",
+                                                                                    "launch_env.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fill(env):
+    env = dict(env)
+    _launch_env().fill(env)
+    return env
+
+
+OMPI = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "PMIX_NAMESPACE": "prterun-h1-4242@1"}
+SLURM = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_TASKS_PER_NODE": "2(x2)",
+         "SLURM_JOB_NODELIST": "trn[007-008]", "SLURM_JOB_ID": "1234"}
+
+
+def test_open_mpi_across_nodes_on_sagemaker():
+    e = fill(dict(OMPI, SM_HOSTS='["algo-1", "algo-2"]', SM_CURRENT_HOST="algo-2"))
+    assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) == ("5", "8", "1", "4")
+    assert e["MASTER_ADDR"] == "algo-1"  # SageMaker's launcher uses SM_HOSTS[0] as the master too
+    assert e["SMDATAPARALLEL_LOCAL_RANK"] == "1"
+    port = int(e["MASTER_PORT"])
+    assert 20000 <= port < 30000 and port != 29500
+    # Every rank of the job derives the same port; another job (namespace) most likely another.
+    assert fill(dict(OMPI, OMPI_COMM_WORLD_RANK="0", SM_HOSTS='["algo-1", "algo-2"]'))["MASTER_PORT"] == e["MASTER_PORT"]
+    assert fill(dict(OMPI, PMIX_NAMESPACE="prterun-h1-4243@1", SM_HOSTS='["a"]'))["MASTER_PORT"] != e["MASTER_PORT"]
+
+
+def test_slurm_step_takes_the_first_host_of_the_allocation():
+    e = fill(SLURM)
+    assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) == ("3", "4", "1", "2")
+    assert e["MASTER_ADDR"] == "trn007"
+    assert e["MASTER_PORT"] == fill(dict(SLURM, SLURM_PROCID="0"))["MASTER_PORT"]
+
+
+def test_one_node_uses_the_local_host_and_pmi_is_read():
+    e = fill({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"})
+    assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["MASTER_ADDR"]) == ("1", "2", "1", "127.0.0.1")
+    assert e["MASTER_PORT"] == "29500"  # no job id to derive one from: torch's default
+
+
+def test_mpirun_inside_slurm_follows_mpirun():
+    e = fill(dict(SLURM, **OMPI))
+    assert (e["RANK"], e["WORLD_SIZE"]) == ("5", "8")
+
+
+def test_nothing_the_user_set_is_changed():
+    mine = {"RANK": "7", "WORLD_SIZE": "9", "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "1111", "LOCAL_RANK": "3"}
+    e = fill(dict(OMPI, **mine))
+    for k, v in mine.items():
+        assert e[k] == v
+    assert e["LOCAL_WORLD_SIZE"] == "4"  # what was missing is still filled
+
+
+def test_outside_a_launcher_nothing_is_invented():
+    assert fill({"HOME": "/root"}) == {"HOME": "/root"}
+
+
+def test_unknown_rendezvous_host_names_the_variable(smddp_built):
+    env = {k: v for k, v in child_env(OMPI).items() if k not in TORCHRUN_VARS}
+    p = subprocess.run([sys.executable, "-c", "import smddp, os; print(os.environ.get('RANK'), 'MASTER_ADDR' in os.environ)"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["5", "False"]
+    assert "set MASTER_ADDR" in p.stderr
+
+
+def test_info_log_says_what_was_filled(smddp_built):
+    env = {k: v for k, v in child_env(dict(SLURM, SMDDP_DEBUG="INFO")).items() if k not in TORCHRUN_VARS}
+    p = subprocess.run([sys.executable, "-c", "import smddp"], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "smddp: RANK=3 (from Slurm SLURM_PROCID)" in p.stderr
+    assert "smddp: MASTER_ADDR=trn007 (from first host of SLURM_JOB_NODELIST)" in p.stderr
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's mpirun is not installed (the trixie devenv has it)")
+def test_mpirun_np4_runs_an_smddp_1_3_style_script(smddp_built):
+    env = {k: v for k, v in child_env({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}).items()
+           if k not in TORCHRUN_VARS}
+    cmd = ["mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", sys.executable,
+           os.path.join(WORKERS, "old_api_train.py")]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-6000:]
+    for r in range(4):
+        assert f"rank {r} ALL OK" in p.stdout, out[-6000:]
