@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <algorithm>
 #include <thread>
 
 namespace smddp::testing {
@@ -41,14 +42,27 @@ std::string RunResult::summary() const {
   return s;
 }
 
-int thread_count() {
-  int n = 0;
+// This process's threads, by name ("comm"), for the leak check and its message.
+std::vector<std::string> thread_names() {
+  std::vector<std::string> names;
   if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') ++n;
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
+      std::string n;
+      std::getline(f, n);
+      names.push_back(n);
+    }
     closedir(d);
   }
-  return n;
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
 }
 
 std::vector<std::string> shm_leftovers(const std::vector<int>& pids) {
@@ -82,15 +96,21 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
       Report report;
       int code = 0;
       try {
-        const int threads_before = thread_count();
+#if defined(__SANITIZE_THREAD__)
+        // ThreadSanitizer starts a thread of its own in a forked child when the child makes its
+        // first thread, and keeps it: make it appear before counting.
+        std::thread([] {}).join();
+#endif
+        const auto threads_before = thread_names();
         {
           auto store = std::make_shared<FileStore>(dir + "/store");
           fn(r, world, store, report);
         }
-        const int threads_after = thread_count();
-        if (threads_after != threads_before)
-          report.fail("thread leak: " + std::to_string(threads_before) + " threads before, " +
-                      std::to_string(threads_after) + " after");
+        const auto threads_after = thread_names();
+        if (threads_after.size() != threads_before.size())
+          report.fail("thread leak: " + std::to_string(threads_before.size()) + " threads before (" +
+                      joined(threads_before) + "), " + std::to_string(threads_after.size()) + " after (" +
+                      joined(threads_after) + ")");
       } catch (const std::exception& e) {
         report.fail(std::string("uncaught exception: ") + e.what());
         code = 3;
