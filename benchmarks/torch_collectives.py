@@ -243,7 +243,7 @@ def driver(args):
 
 def start_hogs():
     """One busy process per core, as dataloader workers or a preprocessing job beside training."""
-    code = "import time\nwhile True: pass"
+    code = "while True: pass"
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(os.cpu_count() or 1)]
 
 

@@ -51,13 +51,9 @@ def expand_first_host(nodelist):
     return prefix + first
 
 
-def _slurm_local_size(env):
-    """SLURM_NTASKS_PER_NODE may be absent; SLURM_TASKS_PER_NODE is '2(x3),1' (this node's first)."""
-    v = env.get("SLURM_NTASKS_PER_NODE")
-    if v and v.isdigit():
-        return v
-    t = env.get("SLURM_TASKS_PER_NODE", "")
-    m = re.match(r"(\d+)", t)
+def _slurm_tasks_per_node(env):
+    """Where SLURM_NTASKS_PER_NODE is absent: SLURM_TASKS_PER_NODE, '2(x3),1' (the first node's)."""
+    m = re.match(r"(\d+)", env.get("SLURM_TASKS_PER_NODE", ""))
     return m.group(1) if m else None
 
 
@@ -90,7 +86,7 @@ def fill(env=None):
         name, keys = launcher
         values = [env.get(k) for k in keys]
         if name == "Slurm" and not values[3]:
-            values[3] = _slurm_local_size(env)
+            values[3] = _slurm_tasks_per_node(env)
         for t, k, v in zip(_TORCH, keys, values):
             put(t, v, f"{name} {k}")
 
@@ -122,13 +118,9 @@ def fill(env=None):
     return done
 
 
-def _verbose(env):
-    return env.get("SMDDP_DEBUG", "").upper() in ("INFO", "DEBUG", "TRACE")
-
-
 def fill_and_log():
     done = fill()
-    if done and _verbose(os.environ):
+    if done and os.environ.get("SMDDP_DEBUG", "").upper() in ("INFO", "TRACE"):
         for name, value, why in done:
             print(f"smddp: {name}={value} (from {why})", file=sys.stderr)
     return done

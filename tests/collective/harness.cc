@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <algorithm>
 #include <thread>
 
 namespace smddp::testing {
@@ -42,27 +41,14 @@ std::string RunResult::summary() const {
   return s;
 }
 
-// This process's threads, by name ("comm"), for the leak check and its message.
-std::vector<std::string> thread_names() {
-  std::vector<std::string> names;
+int thread_count() {
+  int n = 0;
   if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
-      std::string n;
-      std::getline(f, n);
-      names.push_back(n);
-    }
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
     closedir(d);
   }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
+  return n;
 }
 
 std::vector<std::string> shm_leftovers(const std::vector<int>& pids) {
@@ -101,16 +87,15 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
         // first thread, and keeps it: make it appear before counting.
         std::thread([] {}).join();
 #endif
-        const auto threads_before = thread_names();
+        const int threads_before = thread_count();
         {
           auto store = std::make_shared<FileStore>(dir + "/store");
           fn(r, world, store, report);
         }
-        const auto threads_after = thread_names();
-        if (threads_after.size() != threads_before.size())
-          report.fail("thread leak: " + std::to_string(threads_before.size()) + " threads before (" +
-                      joined(threads_before) + "), " + std::to_string(threads_after.size()) + " after (" +
-                      joined(threads_after) + ")");
+        const int threads_after = thread_count();
+        if (threads_after != threads_before)
+          report.fail("thread leak: " + std::to_string(threads_before) + " threads before, " +
+                      std::to_string(threads_after) + " after");
       } catch (const std::exception& e) {
         report.fail(std::string("uncaught exception: ") + e.what());
         code = 3;

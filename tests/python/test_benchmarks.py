@@ -1,5 +1,6 @@
 """Smoke of the torch benchmark: a few sizes through smddp and gloo (and mpi where torch has it),
 every result checked, every output file written. Never asserts a timing."""
+import csv
 import os
 import shutil
 import subprocess
@@ -51,7 +52,6 @@ def test_contention_modes_smoke(smddp_built, tmp_path):
                         "--factor", "512", "--iters", "3", "--contention", "1,unset,hog", "--out", str(out)],
                        capture_output=True, text=True, timeout=600, env=child_env(), cwd=REPO)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    import csv
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert {(r["backend"], r["mode"]) for r in rows} == {(b, m) for b in ("smddp", "gloo") for m in ("1", "unset", "hog")}

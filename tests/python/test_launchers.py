@@ -14,6 +14,11 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER
                  "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
 
 
+def launcher_env(extra):
+    """The test's environment with extra launcher variables and none of torchrun's."""
+    return {k: v for k, v in child_env(extra).items() if k not in TORCHRUN_VARS}
+
+
 def _launch_env():
     # The module alone, from the source tree: it needs only the standard library.
     import importlib.util
@@ -79,7 +84,7 @@ def test_outside_a_launcher_nothing_is_invented():
 
 
 def test_unknown_rendezvous_host_names_the_variable(smddp_built):
-    env = {k: v for k, v in child_env(OMPI).items() if k not in TORCHRUN_VARS}
+    env = launcher_env(OMPI)
     p = subprocess.run([sys.executable, "-c", "import smddp, os; print(os.environ.get('RANK'), 'MASTER_ADDR' in os.environ)"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -88,7 +93,7 @@ def test_unknown_rendezvous_host_names_the_variable(smddp_built):
 
 
 def test_info_log_says_what_was_filled(smddp_built):
-    env = {k: v for k, v in child_env(dict(SLURM, SMDDP_DEBUG="INFO")).items() if k not in TORCHRUN_VARS}
+    env = launcher_env(dict(SLURM, SMDDP_DEBUG="INFO"))
     p = subprocess.run([sys.executable, "-c", "import smddp"], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "smddp: RANK=3 (from Slurm SLURM_PROCID)" in p.stderr
@@ -97,8 +102,7 @@ def test_info_log_says_what_was_filled(smddp_built):
 
 @pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's mpirun is not installed (the trixie devenv has it)")
 def test_mpirun_np4_runs_an_smddp_1_3_style_script(smddp_built):
-    env = {k: v for k, v in child_env({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}).items()
-           if k not in TORCHRUN_VARS}
+    env = launcher_env({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     cmd = ["mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", sys.executable,
            os.path.join(WORKERS, "old_api_train.py")]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)

@@ -2,7 +2,6 @@
 downloads) over the process group this script makes first, as docs/pytorch.md tells CPU users
 to do (accelerate's own ddp_backend choice on CPU admits only gloo and mpi).
 Usage: hf_trainer.py BACKEND OUT. Writes the trained parameters (rank 0) to OUT."""
-import os
 import sys
 import tempfile
 

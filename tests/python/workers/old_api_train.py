@@ -14,10 +14,8 @@ from smdistributed.dataparallel.torch.parallel.distributed import DistributedDat
 
 from common import checker
 
-launcher_vars = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
 dist.init_process_group()
 rank, world = dist.get_rank(), dist.get_world_size()
-os.environ.setdefault("RANK", str(rank))  # for checker()'s messages
 check, done = checker()
 check("backend", dist.get_backend() == "smddp", dist.get_backend())
 check("world from the launcher", world == int(os.environ["OMPI_COMM_WORLD_SIZE"]), world)
