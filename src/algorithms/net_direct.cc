@@ -4,11 +4,14 @@
 // is what makes the common case fast. Reductions combine in rank order (0..G-1) at a single
 // owner, so every rank gets the same bits. Scratch is bounded: messages go in slices.
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "algorithms/algorithm.h"
 #include "algorithms/net_exchange.h"
+#include "core/config.h"
 #include "patterns/partition.h"
+#include "smddp/errors.h"
 
 namespace smddp::algorithms {
 
@@ -189,10 +192,42 @@ void scatter_net_direct(Context& ctx, const CollArgs& a) {
   x.wait();
 }
 
+// Per-peer counts (alltoallv) are not in the fingerprint: before any data moves, every pair of
+// ranks swaps what each sends the other and expects from it, so both ranks of a pair that
+// disagree raise the same error (the others learn of it through the abort).
+void check_alltoall_counts(Context& ctx, NetExchange& x, const CollArgs& a) {
+  const auto [me, G] = global(ctx);
+  std::vector<std::array<uint64_t, 2>> mine(static_cast<size_t>(G)), theirs(static_cast<size_t>(G));
+  for (int j = 0; j < G; ++j) {
+    if (j == me) continue;
+    const auto J = static_cast<size_t>(j);
+    mine[J] = {a.send_counts[J], a.recv_counts[J]};
+    x.recv(j, theirs[J].data(), sizeof theirs[J], 1);
+    x.send(j, mine[J].data(), sizeof mine[J], 1);
+  }
+  x.wait();
+  for (int j = 0; j < G; ++j) {
+    if (j == me) continue;
+    const auto J = static_cast<size_t>(j);
+    // The pair's two directions, lower sender first, so both ranks name the same one.
+    const uint64_t to_j[2] = {mine[J][0], theirs[J][1]}, from_j[2] = {theirs[J][0], mine[J][1]};
+    const bool me_first = me < j;
+    for (const uint64_t* d : me_first ? std::array{to_j, from_j} : std::array{from_j, to_j}) {
+      if (d[0] == d[1]) continue;
+      const int sender = d == to_j ? me : j, receiver = d == to_j ? j : me;
+      throw MismatchError("smddp: " + ctx.op.describe() + ": ranks disagree on alltoall counts: rank " +
+                          std::to_string(sender) + " sends " + std::to_string(d[0]) + " elements to rank " +
+                          std::to_string(receiver) + ", which expects " + std::to_string(d[1]) +
+                          ". Nothing was written to the output buffers; the communicator is aborted");
+    }
+  }
+}
+
 void alltoall_net_direct(Context& ctx, const CollArgs& a) {
   const auto [me, G] = global(ctx);
   const size_t es = dtype_size(a.dtype);
   NetExchange x(ctx);
+  if (!a.uniform && config::get_bool("SMDDP_CHECK_CONSISTENCY")) check_alltoall_counts(ctx, x, a);
   for (int j = 0; j < G; ++j) {
     const auto J = static_cast<size_t>(j);
     if (j == me) {

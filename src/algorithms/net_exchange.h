@@ -42,6 +42,10 @@ class NetExchange {
   void ready(int sender) { pending_.push_back(ep_.send(sender, nullptr, 0, ready_tag())); }
   void await_ready(int receiver) { pending_.push_back(ep_.recv(receiver, nullptr, 0, ready_tag())); }
 
+  // The step of the cross-node fingerprint exchange (core/cross_node_agreement.cc), which runs
+  // before the algorithm; algorithms' own steps wrap below it.
+  static constexpr uint32_t kAgreementStep = 0xFFE;
+
   // Waits for everything posted so far (deadline: the operation's).
   void wait() {
     for (auto& h : pending_) ep_.wait(h, op_, watch_);
@@ -49,9 +53,11 @@ class NetExchange {
   }
 
  private:
-  // Bit 31 marks collective traffic; point-to-point tags stay below it. Steps wrap below 0xFFF,
-  // which is the ready token's.
-  uint32_t tag(uint32_t step) const { return base() | (step % 0xFFF); }
+  // Bit 31 marks collective traffic; point-to-point tags stay below it. Steps wrap below 0xFFE;
+  // 0xFFE is the fingerprint exchange's, 0xFFF the ready token's.
+  uint32_t tag(uint32_t step) const {
+    return base() | (step == kAgreementStep ? step : step % kAgreementStep);
+  }
   uint32_t ready_tag() const { return base() | 0xFFF; }
   uint32_t base() const { return 0x80000000u | static_cast<uint32_t>((op_.coll_seq & 0x7FFFF) << 12); }
   ofi::Endpoint& ep_;

@@ -13,6 +13,7 @@
 #include "device/device.h"
 #include "topology/topology.h"
 #ifdef SMDDP_HAVE_LIBFABRIC
+#include "core/cross_node_agreement.h"
 #include "transport/ofi/endpoint.h"
 #else
 namespace smddp::ofi {
@@ -152,7 +153,7 @@ void CommunicatorImpl::fail(const std::exception_ptr& e) {
   } catch (const MismatchError& ex) {
     // Every rank found it in the same round; the ranks' programs have diverged, so whatever they
     // call next would not line up either: stop the group, as after a lost rank.
-    abort_everywhere(ex.what());
+    abort_everywhere(ex.what(), /*mismatch=*/true);
   } catch (const InvalidArgument&) {
     // Detected before any data moved on every rank alike: the communicator stays usable.
   } catch (const std::exception& ex) {
@@ -160,13 +161,19 @@ void CommunicatorImpl::fail(const std::exception_ptr& e) {
   }
 }
 
-void CommunicatorImpl::abort_everywhere(const std::string& reason) {
+namespace {
+// Leads the store's abort reason when it is a disagreement (abort_everywhere, watch_remote).
+constexpr char kMismatchMark[] = "mismatch:";
+}  // namespace
+
+void CommunicatorImpl::abort_everywhere(const std::string& reason, bool mismatch) {
   failed_.store(true);
-  shm_->abort(reason);
+  shm_->abort(reason, mismatch);
   // Other nodes do not see this node's shared memory: tell them through the store.
   if (multi_node_) {
     try {
-      if (!store_->check("abort")) store_->set("abort", std::vector<uint8_t>(reason.begin(), reason.end()));
+      const std::string v = (mismatch ? kMismatchMark : "") + reason;
+      if (!store_->check("abort")) store_->set("abort", std::vector<uint8_t>(v.begin(), v.end()));
     } catch (...) {  // the store itself may be gone; the peers' deadlines still hold
     }
   }
@@ -176,8 +183,14 @@ void CommunicatorImpl::watch_remote(const OpInfo& op) {
   shm_->check_progress(-1, op, "respond");  // this node's abort word and the deadline
   if (store_->check("abort")) {
     auto v = store_->get("abort", std::chrono::seconds(5));
-    throw AbortedError("smddp: " + op.describe() + " failed: the communicator was aborted on another node: " +
-                       std::string(v.begin(), v.end()));
+    std::string reason(v.begin(), v.end());
+    const bool mismatch = reason.rfind(kMismatchMark, 0) == 0;
+    if (mismatch) reason.erase(0, sizeof kMismatchMark - 1);
+    const std::string what =
+        "smddp: " + op.describe() + " failed: the communicator was aborted on another node: " + reason;
+    // A node whose ranks had not yet heard of a disagreement raises it as what it is.
+    if (mismatch) throw MismatchError(what);
+    throw AbortedError(what);
   }
 }
 
@@ -185,6 +198,30 @@ void CommunicatorImpl::agreement_round(const OpInfo& op) {
   shm_->begin_round();
   shm_->arrive();
   shm_->wait_all(op);
+}
+
+void CommunicatorImpl::agree_across_nodes(algorithms::Context& ctx, const Fingerprint& mine) {
+#ifdef SMDDP_HAVE_LIBFABRIC
+  const std::vector<Finding> found = share_findings(*shm_, ctx.op, exchange_fingerprints(ctx, mine));
+  if (found.empty()) return;
+  // This node's ranks agree (the shared-memory round compared them first): name them beside
+  // every rank elsewhere that one of them found differing.
+  std::vector<std::pair<int, Fingerprint>> known;
+  for (int r : topo_.local_ranks()) known.emplace_back(r, mine);
+  for (const auto& f : found) known.emplace_back(f.rank, f.fp);
+  std::sort(known.begin(), known.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Fingerprint> all;
+  std::vector<int> ranks;
+  for (const auto& [r, fp] : known) {
+    ranks.push_back(r);
+    all.push_back(fp);
+  }
+  throw MismatchError(prefix() + "ranks called different collectives: " + describe_disagreement(all, ranks) +
+                      ". Nothing was written to the output buffers; the communicator is aborted");
+#else
+  (void)ctx;
+  (void)mine;
+#endif
 }
 
 void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
@@ -196,24 +233,37 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   try {
     const size_t blocks = args.kind == CollKind::reduce_scatter ? static_cast<size_t>(size_) : 1;
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
+    const std::function<void()> watch = [&] { watch_remote(op); };
+    algorithms::Context ctx{*shm_, device::host(), op, multi_node_ ? &topo_ : nullptr, net_.get(),
+                            multi_node_ ? &watch : nullptr, scratch_.get()};
     if (consistency_) {
       // Compared in the algorithm's first shared-memory round, before it combines or copies
       // anything into an output. Across nodes the algorithms may start on the network, and an
-      // empty collective has no rounds at all: those compare in a round of their own first.
-      shm_->announce(fingerprint(op.coll_seq, args));
-      if (multi_node_ || empty) agreement_round(op);
+      // empty collective has no rounds at all: those compare in a round of their own first,
+      // across nodes after swapping fingerprints with the other nodes (cross_node_agreement.h).
+      const Fingerprint fp = fingerprint(op.coll_seq, args);
+      shm_->announce(fp);
+      if (multi_node_) agree_across_nodes(ctx, fp);
+      else if (empty) agreement_round(op);
     }
     if (empty) return;
     const auto& algo = algorithms::select(args.kind, args.count * blocks * dtype_size(args.dtype), size_, overrides_,
                                           multi_node_ ? &topo_ : nullptr);
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo.name
                             << " count " << args.count << ' ' << to_string(args.dtype);
-    const std::function<void()> watch = [&] { watch_remote(op); };
-    algorithms::Context ctx{*shm_, device::host(), op, multi_node_ ? &topo_ : nullptr, net_.get(),
-                            multi_node_ ? &watch : nullptr, scratch_.get()};
     algo.run(ctx, args);
     if (shm_->announcement_pending()) agreement_round(op);  // an algorithm that never synchronised
     scratch_->trim(kScratchKeep);
+  } catch (const AbortedError& e) {
+    // Across nodes a rank may hear of a disagreement from a node-mate's abort before finding it
+    // itself: the collective it was running failed for that reason, so say so.
+    if (!shm_->aborted_by_mismatch()) {
+      fail(std::current_exception());
+      throw;
+    }
+    MismatchError m(e.what());
+    fail(std::make_exception_ptr(m));
+    throw m;
   } catch (...) {
     fail(std::current_exception());
     throw;

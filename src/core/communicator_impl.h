@@ -51,10 +51,14 @@ class CommunicatorImpl {
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);
   // One shared-memory round with no data: compares the announced fingerprints.
   void agreement_round(const OpInfo& op);
+  // The same across nodes: swaps fingerprints with the other nodes, then a shared-memory round
+  // compares this node's and shares what each rank found; throws MismatchError naming both sides.
+  void agree_across_nodes(algorithms::Context& ctx, const shm::Group::Fingerprint& mine);
   // On a failure that leaves ranks out of step: abort the group so every rank stops now.
   void fail(const std::exception_ptr& e);
   // Marks the communicator dead here, on this node (abort word) and on other nodes (store key).
-  void abort_everywhere(const std::string& reason);
+  // `mismatch`: the reason is a disagreement, raised on the other nodes as MismatchError too.
+  void abort_everywhere(const std::string& reason, bool mismatch = false);
   // While waiting on the network: throws if this node's group or (via the store) another node
   // aborted, or the deadline passed.
   void watch_remote(const OpInfo& op);

@@ -11,7 +11,7 @@ namespace smddp::config {
 const std::vector<Param>& params() {
   static const std::vector<Param> table = {
       {"SMDDP_DEBUG", "WARN", "Log level: WARN, INFO or TRACE (TRACE logs every collective)."},
-      {"SMDDP_CHECK_CONSISTENCY", "1", "1: ranks compare each collective's kind, count, dtype, op and root in its first round and raise MismatchError on every rank when they differ. 0 only to measure its cost."},
+      {"SMDDP_CHECK_CONSISTENCY", "1", "1: ranks compare each collective's kind, count, dtype, op and root before any data moves (in its first round inside a node; across nodes after one network exchange) and raise MismatchError on every rank when they differ. 0 only to measure its cost."},
       {"SMDDP_ALGO", "", "Force algorithms, e.g. 'allreduce:one_shot,allgather:direct'."},
       {"SMDDP_SHM_CHUNK", "256k", "Bytes each rank stages per pipeline step in shared memory."},
       {"SMDDP_SHM_FIFO", "256k", "Bytes of each point-to-point shared-memory FIFO (one per ordered rank pair)."},

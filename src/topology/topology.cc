@@ -34,6 +34,19 @@ std::vector<int> Topology::peers_across_nodes() const {
   return out;
 }
 
+std::vector<int> Topology::agreement_partners() const {
+  std::vector<int> out;
+  const size_t lr = static_cast<size_t>(local_rank()), mine = local_ranks().size();
+  for (size_t m = 0; m < node_ranks.size(); ++m) {
+    if (static_cast<int>(m) == node()) continue;
+    const auto& theirs = node_ranks[m];
+    for (size_t i = 0; i < theirs.size(); ++i)
+      if (i == lr % theirs.size() || i % mine == lr) out.push_back(theirs[i]);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::string Topology::describe() const {
   // Built with a stream: g++ 12 warns (-Wrestrict, a false positive) on chains of string +.
   std::ostringstream os;

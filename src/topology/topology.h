@@ -27,6 +27,13 @@ struct Topology {
   int leader() const { return local_ranks().front(); }
   // The ranks with my local rank on every node (one per node that has that many ranks).
   std::vector<int> peers_across_nodes() const;
+  // The ranks on other nodes I exchange fingerprints with (cross-node agreement, see
+  // docs/reliability.md): on every other node m, the rank whose local rank is mine mod m's size,
+  // and each rank of m whose local rank mod my node's size is mine. The pairing is symmetric (b
+  // is among a's exactly when a is among b's) and pairs every rank with at least one rank of
+  // every other node, so a node whose ranks agree among themselves hears of any rank elsewhere
+  // that differs. Ascending.
+  std::vector<int> agreement_partners() const;
   // "2 nodes: node 0 (vm) ranks 0-1, node 1 (vm2) ranks 2-3" for the INFO log.
   std::string describe() const;
 };

@@ -3,7 +3,11 @@
 // written, the communicator is aborted (a later call says why), and a new one works.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <memory>
+#include <ostream>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -24,11 +28,25 @@ struct Case {
   int world;
   std::function<void(Communicator&, int rank, float* in, float* out)> call;
   std::string expect;
+  std::vector<int> hosts = {};  // per rank: the pretend host it runs on (empty: one node)
+  std::string also = "";        // a second text every message must contain
 };
+
+void PrintTo(const Case& k, std::ostream* os) { *os << k.name; }  // for gtest's failure lines
 
 void run_case(const Case& k) {
   RunOptions ro;
   ro.wall_limit = 120s;
+  std::unique_ptr<NetnsHosts> hosts;
+  if (!k.hosts.empty()) {
+    // Namespace hosts where this machine allows them, else pretend nodes over loopback.
+    hosts = std::make_unique<NetnsHosts>(*std::max_element(k.hosts.begin(), k.hosts.end()) + 1);
+    ro.env = {{"FI_TCP_IFACE", hosts->available() ? "eth0" : "lo"}};
+    for (int h : k.hosts) {
+      ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
+      ro.netns.push_back(hosts->available() ? hosts->ns(h) : "");
+    }
+  }
   auto res = run_ranks(k.world, [&k](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;
     o.timeout = 20s;
@@ -36,7 +54,16 @@ void run_case(const Case& k) {
     {
       Communicator c(store, rank, w, o);
       const auto t0 = std::chrono::steady_clock::now();
-      expect_throw<MismatchError>(rep, k.name, [&] { k.call(c, rank, in.data(), out.data()); }, k.expect);
+      std::string what;
+      expect_throw<MismatchError>(rep, k.name, [&] {
+        try {
+          k.call(c, rank, in.data(), out.data());
+        } catch (const Error& e) {
+          what = e.what();
+          throw;
+        }
+      }, k.expect);
+      if (what.find(k.also) == std::string::npos) rep.fail(std::string(k.name) + ": no '" + k.also + "' in: " + what);
       if (std::chrono::steady_clock::now() - t0 > 1s) rep.fail(std::string(k.name) + ": the mismatch took over a second to report");
       for (size_t i = 0; i < kBuf; ++i)
         if (out[i] != kSentinel || in[i] != static_cast<float>(rank + 1)) {
@@ -123,6 +150,52 @@ const Case kCases[] = {
      "ranks disagree on alltoall counts: rank 0 sends 3 elements to rank 1, which expects 2"},
 };
 
+// Across nodes (docs/reliability.md): fingerprints swapped over the network with partners on
+// every other node, each node then told in its shared-memory round. Each case names which side
+// every rank must see; a node whose ranks agree with each other must still hear of the other.
+const Case kCrossNodeCases[] = {
+    {"count on a node's second rank", 4,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, r == 3 ? 20 : 10, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 3 called allreduce(f32, 20 elements, sum)", {0, 0, 1, 1}, "called allreduce(f32, 10 elements, sum)"},
+    {"dtype on a node's leader", 4,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, 16, r == 2 ? DataType::f64 : DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 2 called allreduce(f64, 16 elements, sum)", {0, 0, 1, 1}, "called allreduce(f32, 16 elements, sum)"},
+    {"a whole node calls another collective", 4,
+     [](Communicator& c, int r, float* in, float* out) {
+       if (r < 2) c.allreduce(in, out, 16, DataType::f32, ReduceOp::sum).wait();
+       else c.broadcast(out, 16, DataType::f32, 0).wait();
+     },
+     "called broadcast(f32, 16 elements, root 0)", {0, 0, 1, 1}, "called allreduce(f32, 16 elements, sum)"},
+    {"uneven nodes", 3,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, 16, DataType::f32, r == 1 ? ReduceOp::max : ReduceOp::sum).wait();
+     },
+     "rank 1 called allreduce(f32, 16 elements, max)", {0, 0, 1}, "allreduce(f32, 16 elements, sum)"},
+    {"large count through the hierarchical allreduce", 4,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, r == 3 ? (size_t{1} << 18) : (size_t{1} << 18) - 1, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 3 called allreduce(f32, 262144 elements, sum)", {0, 0, 1, 1}, "262143 elements"},
+    {"allgather count, one rank per node", 2,
+     [](Communicator& c, int r, float* in, float* out) { c.allgather(in, out, r == 1 ? 5 : 4, DataType::f32).wait(); },
+     "rank 1 called allgather(f32, 5 elements)", {0, 1}, "rank 0 called allgather(f32, 4 elements)"},
+    {"empty on one rank across nodes", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, r == 1 ? 0 : 10, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 1 called allreduce(f32, 0 elements, sum)", {0, 1}},
+    {"alltoallv counts across nodes", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       const std::vector<size_t> sc = {2, r == 0 ? size_t{3} : size_t{2}}, rc = {2, 2}, d = {0, 4};
+       c.alltoallv(in, sc, d, out, rc, d, DataType::f32).wait();
+     },
+     "ranks disagree on alltoall counts: rank 0 sends 3 elements to rank 1, which expects 2", {0, 1}},
+};
+
 class Consistency : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Consistency, EveryRankNamesTheMismatchAndNoBufferIsWritten) { run_case(GetParam()); }
@@ -133,6 +206,48 @@ INSTANTIATE_TEST_SUITE_P(Mismatch, Consistency, ::testing::ValuesIn(kCases), [](
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
 });
+
+INSTANTIATE_TEST_SUITE_P(CrossNodeMismatch, Consistency, ::testing::ValuesIn(kCrossNodeCases), [](const auto& i) {
+  std::string n = i.param.name;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
+
+// A message between nodes whose two ranks disagree about its size is an error naming both sizes
+// at the receiver, never a short buffer taken for a whole one (nor a silently truncated one).
+TEST(CrossNodeConsistency, MessageSizeDisagreementIsAnError) {
+  NetnsHosts hosts(2);
+  RunOptions ro;
+  ro.env = {{"FI_TCP_IFACE", hosts.available() ? "eth0" : "lo"}};
+  for (int h = 0; h < 2; ++h) {
+    ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
+    ro.netns.push_back(hosts.available() ? hosts.ns(h) : "");
+  }
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = 20s;
+    for (const auto& [sent, expected, name] : {std::tuple{4, 8, "shorter"}, std::tuple{8, 4, "longer"}}) {
+      o.name = name;
+      Communicator c(store, rank, w, o);
+      std::vector<float> buf(8, kSentinel);
+      if (rank == 0) {
+        // The send completes, unless the receiver's abort reaches it first: then it says why.
+        try {
+          c.send(buf.data(), static_cast<size_t>(sent), DataType::f32, 1, 7).wait();
+        } catch (const Error& e) {
+          if (std::string(e.what()).find("disagree about the message's size") == std::string::npos)
+            rep.fail(std::string(name) + ": sender: " + e.what());
+        }
+        continue;
+      }
+      expect_throw<MismatchError>(rep, name, [&] { c.recv(buf.data(), static_cast<size_t>(expected), DataType::f32, 0, 7).wait(); },
+                                  "rank 1 expects " + std::to_string(expected * 4) + " bytes from rank 0, which sent " +
+                                      (sent < expected ? std::to_string(sent * 4) + " bytes" : std::string("more")));
+    }
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
 
 // The escape hatch (benchmarking only) really turns the check off: the same op mismatch then
 // goes unnoticed, which is what the check exists to prevent.

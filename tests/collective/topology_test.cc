@@ -2,6 +2,8 @@
 // all ranks of this machine are one node.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "collective/harness.h"
 #include "topology/topology.h"
 
@@ -27,6 +29,50 @@ TEST(Topology, NodeIdsGroupRanksAndLocalRanksFollow) {
       rep.fail("describe: " + t.describe());
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// A layout of nodes (ranks numbered node by node) seen from `rank`.
+topology::Topology layout(const std::vector<int>& sizes, int rank) {
+  topology::Topology t;
+  t.rank = rank;
+  for (int n = 0, next = 0; n < static_cast<int>(sizes.size()); ++n) {
+    t.node_ranks.emplace_back();
+    for (int i = 0; i < sizes[static_cast<size_t>(n)]; ++i, ++next) {
+      t.node_ranks.back().push_back(next);
+      t.node_of.push_back(n);
+    }
+  }
+  t.size = static_cast<int>(t.node_of.size());
+  return t;
+}
+
+// What the cross-node fingerprint check relies on: the pairing is symmetric (both sides of a
+// pair post the exchange) and pairs every rank with some rank of every other node (so every
+// node hears of a disagreeing rank anywhere), for even, uneven and single-rank nodes.
+TEST(Topology, AgreementPartnersAreSymmetricAndCoverEveryNode) {
+  const std::vector<std::vector<int>> layouts = {{2, 2}, {1, 1}, {3, 2}, {2, 3}, {1, 4}, {3, 2, 1}, {8, 8, 8}, {5, 3, 7, 1}};
+  for (const auto& sizes : layouts) {
+    const int world = layout(sizes, 0).size;
+    std::vector<std::vector<int>> partners;
+    for (int r = 0; r < world; ++r) partners.push_back(layout(sizes, r).agreement_partners());
+    for (int a = 0; a < world; ++a) {
+      const auto t = layout(sizes, a);
+      std::vector<int> nodes_met;
+      for (int b : partners[static_cast<size_t>(a)]) {
+        EXPECT_NE(t.node_of[static_cast<size_t>(b)], t.node()) << "rank " << a << " paired with its own node's " << b;
+        const auto& back = partners[static_cast<size_t>(b)];
+        EXPECT_NE(std::find(back.begin(), back.end(), a), back.end()) << "rank " << a << " pairs with " << b << ", not back";
+        nodes_met.push_back(t.node_of[static_cast<size_t>(b)]);
+      }
+      for (int m = 0; m < t.num_nodes(); ++m) {
+        if (m == t.node()) continue;
+        EXPECT_NE(std::find(nodes_met.begin(), nodes_met.end(), m), nodes_met.end())
+            << "rank " << a << " has no partner on node " << m << " (layout of " << sizes.size() << " nodes)";
+      }
+    }
+  }
+  // Even nodes pair like the hierarchical algorithms' peers: one partner per other node.
+  EXPECT_EQ(layout({4, 4, 4}, 5).agreement_partners(), (std::vector<int>{1, 9}));
 }
 
 TEST(Topology, SameMachineIsOneNode) {

@@ -65,7 +65,10 @@ InfoOwner hints_for(const char* provider, bool rma) {
 // completions will carry.
 struct RmaTicket {
   uint64_t addr = 0, key = 0;
-  uint32_t id = 0, pad = 0;
+  uint32_t id = 0;
+  // The receive's size (low 32 bits: keeps the ticket 24 bytes, within every provider's inject
+  // size): the sender refuses to write a message of another size (a disagreement between ranks).
+  uint32_t bytes_low = 0;
 };
 
 // rma: also RMA writes with remote completion data (at least 4 bytes of it), and injects big
@@ -140,6 +143,7 @@ struct Endpoint::Request {
   FidOwner<fid_mr> ticket_mr;  // RMA sender, where buffers need registering
   void* ticket_desc = nullptr;
   std::string error;
+  bool size_mismatch = false;  // error is the two ranks disagreeing about the message's size
   bool done() const {
     if (!error.empty()) return true;
     if (rma && !is_send) return ticket_sent && remote_done == nchunks;
@@ -188,6 +192,26 @@ struct Endpoint::Impl {
     r.error = fi_error(what, rc) + " (peer rank " + std::to_string(r.peer) + ")";
   }
 
+  // The ranks disagree about a message's size: an error for the request, never a short or
+  // truncated buffer taken for a whole one. `theirs`: the peer's size, or "more than ...".
+  void size_mismatch(Request& r, const std::string& theirs) {
+    r.size_mismatch = true;
+    r.error = "smddp: rank " + std::to_string(rank) + (r.is_send ? " sends " : " expects ") + std::to_string(r.bytes) +
+              " bytes " + (r.is_send ? "to" : "from") + " rank " + std::to_string(r.peer) + ", which " +
+              (r.is_send ? "expects " : "sent ") + theirs + " (the ranks disagree about the message's size)";
+  }
+
+  // A receive completion's length against the chunk it was posted for (the last is shorter).
+  void check_length(Request& r, const ChunkCtx& c, size_t len) {
+    if (r.is_send) {  // an RMA sender's ticket
+      if (len != sizeof(RmaTicket)) size_mismatch(r, "a ticket of " + std::to_string(len) + " bytes");
+      return;
+    }
+    const size_t off = static_cast<size_t>(&c - r.ctx.data()) * max_msg;
+    const size_t want = std::min(max_msg, r.bytes - std::min(r.bytes, off));
+    if (len != want) size_mismatch(r, std::to_string(off + len) + " bytes");
+  }
+
   void post(const std::shared_ptr<Request>& r) {
     if (r->rma) return post_rma(*r);
     while (r->posted < r->nchunks && r->error.empty()) {
@@ -228,6 +252,8 @@ struct Endpoint::Impl {
       r.posted = 1;
     }
     if (r.completed == 0) return;  // no ticket yet: the receiver has not posted its buffer
+    if (r.posted == 1 && r.ticket.bytes_low != static_cast<uint32_t>(r.bytes))
+      return size_mismatch(r, std::to_string(r.ticket.bytes_low) + " bytes (mod 2^32)");
     while (r.posted < r.ops) {
       const size_t i = r.posted - 1, off = i * max_msg;
       const size_t len = std::min(max_msg, r.bytes - std::min(r.bytes, off));
@@ -270,6 +296,10 @@ struct Endpoint::Impl {
         if (err.op_context) {
           Request* r = reinterpret_cast<ChunkCtx*>(err.op_context)->req;
           r->failed++;
+          if (err.err == FI_ETRUNC && !r->is_send) {  // the sender's message is larger
+            size_mismatch(*r, "more (" + std::to_string(err.olen) + " bytes over)");
+            continue;
+          }
           r->error = std::string("smddp: libfabric ") + (r->is_send ? "send to" : "receive from") + " rank " +
                      std::to_string(r->peer) + " failed: " + fi_strerror(err.err) + " (provider " + provider +
                      ": " + (ptext ? ptext : "") + ")";
@@ -284,7 +314,9 @@ struct Endpoint::Impl {
             if (auto r = it->second.lock()) r->remote_done++;
           continue;
         }
-        reinterpret_cast<ChunkCtx*>(e[k].op_context)->req->completed++;
+        auto* c = reinterpret_cast<ChunkCtx*>(e[k].op_context);
+        c->req->completed++;
+        if ((e[k].flags & FI_RECV) && c->req->error.empty()) check_length(*c->req, *c, e[k].len);
       }
     }
   }
@@ -466,6 +498,7 @@ Endpoint::Handle Endpoint::recv(int peer, void* buf, size_t bytes, uint32_t tag)
     r->ticket.id = m.next_rma_id++;
     r->ticket.addr = m.virt_addr ? reinterpret_cast<uint64_t>(buf) : 0;
     r->ticket.key = fi_mr_key(r->mr.get());
+    r->ticket.bytes_low = static_cast<uint32_t>(bytes);
     m.rma_targets[r->ticket.id] = r;
   } else {
     m.describe(*r, buf, bytes, FI_RECV);
@@ -531,6 +564,7 @@ void Endpoint::progress() {
 bool Endpoint::test(const Handle& h) {
   std::lock_guard<std::mutex> g(impl_->mu);
   impl_->drive();
+  if (h->size_mismatch) throw MismatchError(h->error);
   if (!h->error.empty()) throw SystemError(h->error);
   return h->done();
 }

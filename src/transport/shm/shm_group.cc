@@ -86,6 +86,7 @@ struct Group::Header {
   uint64_t fifo_bytes;
   std::atomic<uint32_t> attached;
   std::atomic<int32_t> abort_state;  // 0 none, 1 being written, 2 written
+  uint32_t abort_mismatch;           // written before state 2: the reason is a disagreement
   char abort_reason[1024];
   // An eventcount: a rank done spinning counts itself in `sleepers` and sleeps on `doorbell` (a
   // futex); arrive() rings it only when someone sleeps, so the fast path pays a fence and a
@@ -297,13 +298,18 @@ void Group::compare_fingerprints() {
 
 bool Group::aborted() const { return header()->abort_state.load(std::memory_order_acquire) != 0; }
 
-void Group::abort(const std::string& reason) {
+void Group::abort(const std::string& reason, bool mismatch) {
   int32_t expected = 0;
   if (header()->abort_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    header()->abort_mismatch = mismatch ? 1 : 0;
     std::snprintf(header()->abort_reason, sizeof header()->abort_reason, "%s", reason.c_str());
     header()->abort_state.store(2, std::memory_order_release);
     ring(/*always=*/true);
   }
+}
+
+bool Group::aborted_by_mismatch() const {
+  return header()->abort_state.load(std::memory_order_acquire) == 2 && header()->abort_mismatch;
 }
 
 std::string Group::abort_reason() const {

@@ -107,9 +107,11 @@ class Group {
   void check_progress(int peer, const OpInfo& op, const char* waiting_for);
 
   // --- failure ---
-  // Tells every rank the communicator is dead (first caller's reason wins).
-  void abort(const std::string& reason);
+  // Tells every rank the communicator is dead (first caller's reason wins). `mismatch`: the
+  // reason is ranks disagreeing about a collective (aborted_by_mismatch()).
+  void abort(const std::string& reason, bool mismatch = false);
   bool aborted() const;
+  bool aborted_by_mismatch() const;
   std::string abort_reason() const;
   // Marks this rank as gone (destructor does it): peers waiting on it fail at once.
   void depart();
