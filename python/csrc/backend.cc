@@ -115,6 +115,9 @@ Pending ProcessGroupSmddp::allreduce_one(const at::Tensor& t, const Reduction& r
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce(std::vector<at::Tensor>& tensors,
                                                              const ::c10d::AllreduceOptions& opts) {
   return guarded("allreduce", [&] {
+    if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse())
+      return finish(::c10d::OpType::ALLREDUCE,
+                    sparse_allreduce_one(tensors[0], to_reduction(opts.reduceOp, "allreduce")));
     check_single(tensors, "allreduce", getRank());
     return finish(::c10d::OpType::ALLREDUCE, allreduce_one(tensors[0], to_reduction(opts.reduceOp, "allreduce"),
                                                            "allreduce"));

@@ -92,6 +92,7 @@ class ProcessGroupSmddp final : public ::c10d::Backend {
     }
   }
   Pending allreduce_one(const at::Tensor& t, const Reduction& red, const char* coll);
+  Pending sparse_allreduce_one(const at::Tensor& t, const Reduction& red);  // backend_sparse.cc
   Pending reduce_scatter_one(const at::Tensor& out, const at::Tensor& flat_in, const Reduction& red, const char* coll);
   Pending allgather_one(const at::Tensor& out_flat, const at::Tensor& in, const char* coll);
 

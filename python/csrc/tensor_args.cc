@@ -74,7 +74,8 @@ Reduction to_reduction(const ::c10d::ReduceOp& op, const char* coll) {
 void check_tensor(const at::Tensor& t, const char* coll, int rank) {
   if (!t.defined()) throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll + ": undefined tensor");
   if (t.is_sparse())
-    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll + ": sparse tensors are not supported");
+    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll +
+                          ": sparse tensors are supported by allreduce (SUM) only, as in gloo");
   if (!t.device().is_cpu())
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll + ": got a tensor on " +
                           t.device().str() +

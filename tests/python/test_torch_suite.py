@@ -36,7 +36,8 @@ def test_all_gather_coalesced(smddp_built):
     (["test_barrier_timeout_group", "test_barrier_timeout_full_group"], 1),
     (["test_all_reduce_coalesced_sum", "test_all_reduce_coalesced_max", "test_all_reduce_coalesced_full_group_sum"], 3),
     (["test_all_gather_object", "test_scatter_object_list", "test_batch_isend_irecv_gloo"], 3),
-], ids=["barrier_timeout", "all_reduce_coalesced", "objects_and_batch_p2p"])
+    (["test_sparse_all_reduce_sum"], 1),
+], ids=["barrier_timeout", "all_reduce_coalesced", "objects_and_batch_p2p", "sparse_all_reduce"])
 def test_gloo_gated_tests_pass_on_smddp(smddp_built, selection, must_pass):
     rc, passed, out = run_suite(selection, as_gloo=True)
     assert rc == 0 and passed >= must_pass, out[-6000:]
