@@ -180,6 +180,18 @@ const Case kCrossNodeCases[] = {
        c.allreduce(in, out, r == 3 ? (size_t{1} << 18) : (size_t{1} << 18) - 1, DataType::f32, ReduceOp::sum).wait();
      },
      "rank 3 called allreduce(f32, 262144 elements, sum)", {0, 0, 1, 1}, "262143 elements"},
+    // Small counts run hier_small, which swaps fingerprints inside its first exchange; a large
+    // count runs hier, which swaps them in a round before: the two must still meet.
+    {"small on three ranks, large on one", 4,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, r == 3 ? (size_t{1} << 18) : 16, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 3 called allreduce(f32, 262144 elements, sum)", {0, 0, 1, 1}, "called allreduce(f32, 16 elements, sum)"},
+    {"large on a whole node, small on the other", 4,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.allreduce(in, out, r >= 2 ? (size_t{1} << 18) : 16, DataType::f32, ReduceOp::sum).wait();
+     },
+     "called allreduce(f32, 262144 elements, sum)", {0, 0, 1, 1}, "called allreduce(f32, 16 elements, sum)"},
     {"allgather count, one rank per node", 2,
      [](Communicator& c, int r, float* in, float* out) { c.allgather(in, out, r == 1 ? 5 : 4, DataType::f32).wait(); },
      "rank 1 called allgather(f32, 5 elements)", {0, 1}, "rank 0 called allgather(f32, 4 elements)"},
