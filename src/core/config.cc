@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -43,20 +44,31 @@ std::string get_string(const char* name) {
 }
 
 int64_t get_int(const char* name) {
-  std::string s = get_string(name);
+  const std::string s = get_string(name);
   if (s.empty()) return 0;
+  auto bad = [&](const char* why) {
+    return InvalidArgument(std::string("smddp: ") + name + "='" + s + "' is not an integer" + why);
+  };
+  // Digits (decimal, 0x hex, 0 octal), then at most one k/m/g and nothing else; no overflow.
+  if (!std::isdigit(static_cast<unsigned char>(s[0])) && s[0] != '-' && s[0] != '+') throw bad("");
+  errno = 0;
   char* end = nullptr;
-  long long v = std::strtoll(s.c_str(), &end, 0);
+  const long long v = std::strtoll(s.c_str(), &end, 0);
+  if (end == s.c_str()) throw bad("");
+  if (errno == ERANGE) throw bad(" in range");
   int64_t mul = 1;
-  if (end && *end) {
+  if (*end) {
     switch (std::tolower(static_cast<unsigned char>(*end))) {
-      case 'k': mul = 1024; break;
-      case 'm': mul = 1024 * 1024; break;
-      case 'g': mul = 1024LL * 1024 * 1024; break;
-      default: throw InvalidArgument(std::string("smddp: ") + name + "='" + s + "' is not an integer");
+      case 'k': mul = int64_t{1} << 10; break;
+      case 'm': mul = int64_t{1} << 20; break;
+      case 'g': mul = int64_t{1} << 30; break;
+      default: throw bad("");
     }
+    if (end[1]) throw bad(" (one k, m or g may follow the number, nothing else)");
   }
-  return static_cast<int64_t>(v) * mul;
+  int64_t out = 0;
+  if (__builtin_mul_overflow(static_cast<int64_t>(v), mul, &out)) throw bad(" in range");
+  return out;
 }
 
 bool get_bool(const char* name) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/config.h"
+#include "smddp/errors.h"
 
 TEST(Config, EveryParameterIsDocumentedAndViceVersa) {
   std::ifstream f(std::string(SMDDP_SOURCE_DIR) + "/docs/env-vars.md");
@@ -33,6 +34,24 @@ TEST(Config, ParsesSizesAndBooleans) {
   EXPECT_EQ(smddp::config::get_int("SMDDP_SHM_CHUNK"), 65536);
   setenv("SMDDP_SHM_CHUNK", "2m", 1);
   EXPECT_EQ(smddp::config::get_int("SMDDP_SHM_CHUNK"), 2 << 20);
+  setenv("SMDDP_SHM_CHUNK", "0x10", 1);
+  EXPECT_EQ(smddp::config::get_int("SMDDP_SHM_CHUNK"), 16);
+  // What the fuzzer found (tests/fuzz/regressions/config_value): a suffix that overflows was
+  // undefined behaviour; it, text after the suffix, a bare suffix and out-of-range digits are
+  // errors naming the value.
+  for (const char* bad : {"0x4444444444444410M", "99999999999999999999", "4kb", "k", "", " 4", "4 k"}) {
+    setenv("SMDDP_SHM_CHUNK", bad, 1);
+    if (*bad == 0) {
+      EXPECT_EQ(smddp::config::get_int("SMDDP_SHM_CHUNK"), 0);  // empty: the registry's "unset"
+      continue;
+    }
+    try {
+      smddp::config::get_int("SMDDP_SHM_CHUNK");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const smddp::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("SMDDP_SHM_CHUNK='") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
   unsetenv("SMDDP_SHM_CHUNK");
   setenv("SMDDP_CHECK_CONSISTENCY", "no", 1);
   EXPECT_FALSE(smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY"));
