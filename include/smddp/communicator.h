@@ -100,7 +100,8 @@ class Communicator {
   Work send(const void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
   Work recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
   // Receives the next message with `tag` from whichever rank sends one (MPI_ANY_SOURCE);
-  // Work::source() tells which. Within one node only.
+  // Work::source() tells which. Across nodes a message is at most the libfabric provider's
+  // largest single message (InvalidArgument beyond it).
   Work recv_any(void* buffer, size_t count, DataType type, uint32_t tag = 0);
   // `timeout` > 0 replaces Options::timeout for this barrier (PyTorch's monitored_barrier).
   Work barrier(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));

@@ -347,6 +347,55 @@ class NetTransfer {
   Clock::time_point next_watch_{};
   ofi::Endpoint::Handle h_;
 };
+
+// A receive from any source when the ranks span nodes: one receive posted on the network for
+// any sender, while this node's FIFOs are peeked. A local message found first withdraws the
+// network receive; if a network message landed meanwhile, that one is the message (the local
+// one stays in its FIFO for the next receive), so exactly one message is taken either way.
+class NetOrLocalAnySource {
+ public:
+  NetOrLocalAnySource(ofi::Endpoint& ep, void* buf, size_t bytes, uint32_t tag, std::vector<int> local_ranks,
+                      std::shared_ptr<std::atomic<int>> source, std::function<void(const OpInfo&)> watch)
+      : ep_(ep), buf_(buf), bytes_(bytes), tag_(tag & 0x7FFFFFFFu), local_ranks_(std::move(local_ranks)),
+        source_(std::move(source)), watch_(std::move(watch)) {}
+  bool poll(shm::Group& g, const OpInfo& op) {
+    if (local_) return local_->poll(g, op);
+    if (!h_) h_ = ep_.recv_any(buf_, bytes_, tag_);
+    if (ep_.test(h_)) {
+      source_->store(ep_.source(h_));
+      return true;
+    }
+    const int src = p2p::peek_any(g, tag_, &next_);
+    if (src >= 0) {
+      if (ep_.withdraw(h_)) {
+        source_->store(ep_.source(h_));
+        return true;
+      }
+      local_ = std::make_unique<p2p::Recv>(buf_, bytes_, src, tag_);
+      source_->store(local_ranks_[static_cast<size_t>(src)]);
+      return local_->poll(g, op);
+    }
+    auto now = Clock::now();
+    if (now >= next_watch_) {  // abort here or elsewhere, and the deadline
+      watch_(op);
+      next_watch_ = now + std::chrono::milliseconds(20);
+    }
+    return false;
+  }
+
+ private:
+  ofi::Endpoint& ep_;
+  void* buf_;
+  size_t bytes_;
+  uint32_t tag_;
+  std::vector<int> local_ranks_;
+  std::shared_ptr<std::atomic<int>> source_;
+  std::function<void(const OpInfo&)> watch_;
+  Clock::time_point next_watch_{};
+  ofi::Endpoint::Handle h_;
+  std::unique_ptr<p2p::Recv> local_;
+  int next_ = 0;
+};
 }  // namespace
 #endif
 
@@ -371,10 +420,14 @@ Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag) {
 }
 
 Work CommunicatorImpl::recv_any(void* buf, size_t bytes, uint32_t tag) {
-  if (multi_node_)
-    throw InvalidArgument(prefix() + "recv from any source is supported within one node only (this communicator spans " +
-                          topo_.describe() + "); pass the source rank");
   auto source = std::make_shared<std::atomic<int>>(-1);
+#ifdef SMDDP_HAVE_LIBFABRIC
+  if (multi_node_)
+    return submit_p2p("recv", -1,
+                      std::make_shared<NetOrLocalAnySource>(*net_, buf, bytes, tag, topo_.local_ranks(), source,
+                                                            [this](const OpInfo& op) { watch_remote(op); }),
+                      source);
+#endif
   return submit_p2p("recv", -1, std::make_shared<p2p::RecvAny>(buf, bytes, tag, source), source);
 }
 

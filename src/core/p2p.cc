@@ -60,25 +60,30 @@ bool Recv::poll(shm::Group& g, const OpInfo& op) {
   return false;
 }
 
+int peek_any(shm::Group& g, uint32_t tag, int* next) {
+  int found = -1;
+  for (int k = 0; k < g.size() && found < 0; ++k) {
+    const int src = (*next + k) % g.size();
+    Header h{};
+    // A FIFO an earlier receive holds may be mid-message: its head is not a header, and its
+    // next message is that receive's anyway.
+    if (g.fifo_claimed(false, src) || g.fifo_available(src) < sizeof h) continue;
+    g.fifo_peek(src, &h, sizeof h);
+    if (h.magic == kMagic && h.tag == tag) found = src;
+  }
+  *next = (*next + 1) % g.size();
+  return found;
+}
+
 bool RecvAny::poll(shm::Group& g, const OpInfo& op) {
   if (!chosen_) {
-    for (int k = 0; k < g.size() && !chosen_; ++k) {
-      const int src = (next_ + k) % g.size();
-      Header h{};
-      // A FIFO an earlier receive holds may be mid-message: its head is not a header, and its
-      // next message is that receive's anyway.
-      if (g.fifo_claimed(false, src) || g.fifo_available(src) < sizeof h) continue;
-      g.fifo_peek(src, &h, sizeof h);
-      if (h.magic == kMagic && h.tag == tag_) {
-        chosen_ = std::make_unique<Recv>(data_, bytes_, src, tag_);
-        source_->store(src);
-      }
-    }
-    next_ = (next_ + 1) % g.size();
-    if (!chosen_) {
+    const int src = peek_any(g, tag_, &next_);
+    if (src < 0) {
       g.check_progress(-1, op, "send");
       return false;
     }
+    chosen_ = std::make_unique<Recv>(data_, bytes_, src, tag_);
+    source_->store(src);
   }
   return chosen_->poll(g, op);
 }

@@ -47,6 +47,10 @@ class Recv {
   uint32_t tag_;
 };
 
+// The first local rank, round robin from *next (which advances), whose FIFO's next message
+// carries `tag`; -1 when none does yet.
+int peek_any(shm::Group& g, uint32_t tag, int* next);
+
 // Receive from whichever rank's next message carries `tag` (MPI_ANY_SOURCE): peeks at the head of
 // every incoming FIFO, round robin, and becomes a plain Recv from the first that matches.
 class RecvAny {

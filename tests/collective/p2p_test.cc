@@ -184,13 +184,12 @@ TEST(P2P, OutstandingLargeMessagesToOnePeerDoNotInterleave) {
 // Receives from any source by the thousand, of every size up to a few FIFOs, while tagged
 // receives from one of the same senders are in flight and collectives run between rounds.
 // Each message carries its sender and index: per sender they must come in order, all of them.
-TEST(P2P, AnySourceStressMixedWithTaggedAndCollectives) {
-  for (int world : {2, 3, 4}) {
-    auto res = run_ranks(world, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+RunResult any_source_stress(int world, int rounds_total, const RunOptions& ro) {
+    return run_ranks(world, [rounds_total](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
       Options o;
       o.timeout = std::chrono::seconds(60);
       Communicator c(store, rank, w, o);
-      const int rounds = 240 / w, per_sender = 4;
+      const int rounds = rounds_total / w, per_sender = 4;
       const size_t sizes[] = {1, 3, 1000, 70000, 200000};
       for (int it = 0; it < rounds; ++it) {
         const int root = it % w, right = (rank + 1) % w, left = (rank + w - 1) % w;
@@ -234,8 +233,29 @@ TEST(P2P, AnySourceStressMixedWithTaggedAndCollectives) {
           if (x != w) rep.fail("allreduce between rounds gave " + std::to_string(x));
         }
       }
-    });
+    }, ro);
+}
+
+TEST(P2P, AnySourceStressMixedWithTaggedAndCollectives) {
+  for (int world : {2, 3, 4}) {
+    auto res = any_source_stress(world, 240, {});
     ASSERT_TRUE(res.ok()) << "world " << world << "\n" << res.summary();
+  }
+}
+
+// The same across nodes (#17): the root's receive from any source takes messages from ranks on
+// its own node (shared memory) and on the other (libfabric) as they come, each exactly once.
+TEST(P2P, AnySourceAcrossNodesMixesLocalAndRemoteSenders) {
+  for (const std::vector<int>& hosts_of : {std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0}}) {
+    NetnsHosts hosts(2);
+    RunOptions ro;
+    ro.env = {{"FI_TCP_IFACE", hosts.available() ? "eth0" : "lo"}};
+    for (int h : hosts_of) {
+      ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
+      ro.netns.push_back(hosts.available() ? hosts.ns(h) : "");
+    }
+    auto res = any_source_stress(static_cast<int>(hosts_of.size()), 120, ro);
+    ASSERT_TRUE(res.ok()) << hosts_of.size() << " ranks on 2 hosts\n" << res.summary();
   }
 }
 

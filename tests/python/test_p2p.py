@@ -14,9 +14,11 @@ def test_destroy_while_a_future_callback_needs_the_gil(smddp_built):
     assert_all_ok(p, 2)
 
 
-@pytest.mark.parametrize("nproc", [2, 3, 4])
-def test_any_source_stress(smddp_built, nproc):
-    p = torchrun(os.path.join(WORKERS, "p2p_any_source.py"), nproc, "stress", str(600 // nproc), timeout=300)
+@pytest.mark.parametrize("nproc,nodes", [(2, 1), (3, 1), (4, 1), (4, 2), (3, 2)],
+                         ids=["w2", "w3", "w4", "2x2_nodes", "2+1_nodes"])
+def test_any_source_stress(smddp_built, nproc, nodes):
+    rounds = 600 // nproc if nodes == 1 else 240 // nproc
+    p = torchrun(os.path.join(WORKERS, "p2p_any_source.py"), nproc, "stress", str(rounds), str(nodes), timeout=300)
     assert_all_ok(p, nproc)
 
 

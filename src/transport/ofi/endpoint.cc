@@ -85,6 +85,7 @@ InfoOwner getinfo(const char* provider, bool rma = false) {
 
 // The chunk index that marks an RMA ticket (chunks of data stay below it).
 constexpr uint64_t kTicketChunk = (uint64_t{1} << kChunkBits) - 1;
+constexpr uint64_t kSenderBits = ~uint64_t{0} << (64 - kRankBits);  // make_tag's sender field
 
 // Collective messages of at least this size go by RMA write (SMDDP_OFI_RMA; 0: never). "auto"
 // is the measured setting per provider: 1 MiB over tcp (docs/transport-between-nodes.md), off
@@ -128,7 +129,8 @@ struct ChunkCtx {
 struct Endpoint::Request {
   bool is_send = true;
   bool rma = false;
-  int peer = -1;
+  int peer = -1;              // -1 for a receive from any rank until its message arrived
+  bool any_source = false;    // posted with the sender's tag bits ignored
   const std::byte* sbuf = nullptr;
   std::byte* rbuf = nullptr;
   size_t bytes = 0;
@@ -221,9 +223,10 @@ struct Endpoint::Impl {
       ChunkCtx& c = r->ctx[i];
       c.req = r.get();
       const uint64_t tag = r->first_tag + i;
+      const uint64_t ignore = r->any_source ? kSenderBits : 0;
       ssize_t rc = r->is_send
                        ? fi_tsend(ep.get(), r->sbuf + off, len, r->desc, addrs[static_cast<size_t>(r->peer)], tag, &c.ctx)
-                       : fi_trecv(ep.get(), r->rbuf + off, len, r->desc, FI_ADDR_UNSPEC, tag, 0, &c.ctx);
+                       : fi_trecv(ep.get(), r->rbuf + off, len, r->desc, FI_ADDR_UNSPEC, tag, ignore, &c.ctx);
       if (rc == -FI_EAGAIN) {
         progress();  // the provider wants its queue drained first
         return;
@@ -316,6 +319,7 @@ struct Endpoint::Impl {
         }
         auto* c = reinterpret_cast<ChunkCtx*>(e[k].op_context);
         c->req->completed++;
+        if (c->req->any_source) c->req->peer = static_cast<int>(e[k].tag >> (64 - kRankBits));
         if ((e[k].flags & FI_RECV) && c->req->error.empty()) check_length(*c->req, *c, e[k].len);
       }
     }
@@ -521,6 +525,47 @@ void Endpoint::Impl::drive() {
     if (r->rma && !r->is_send) rma_targets.erase(r->ticket.id);
     it = inflight.erase(it);
   }
+}
+
+Endpoint::Handle Endpoint::recv_any(void* buf, size_t bytes, uint32_t tag) {
+  Impl& m = *impl_;
+  if (bytes > m.max_msg)
+    throw InvalidArgument("smddp: a receive from any rank across nodes takes at most one libfabric message (" +
+                          std::to_string(m.max_msg) + " bytes with " + m.provider + "), got " + std::to_string(bytes));
+  Request proto;
+  proto.is_send = false;
+  proto.any_source = true;
+  proto.rbuf = static_cast<std::byte*>(buf);
+  proto.bytes = bytes;
+  proto.first_tag = make_tag(0, tag, 0);
+  auto r = make_request(std::move(proto), m.max_msg);
+  std::lock_guard<std::mutex> g(m.mu);
+  m.describe(*r, buf, bytes, FI_RECV);
+  m.inflight.insert(r);
+  m.post(r);
+  return r;
+}
+
+int Endpoint::source(const Handle& h) const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return h->done() && h->error.empty() ? h->peer : -1;
+}
+
+bool Endpoint::withdraw(const Handle& h) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  Request& r = *h;
+  if (r.done()) {
+    if (!r.error.empty()) throw SystemError(r.error);
+    return true;
+  }
+  for (size_t i = 0; i < r.posted; ++i) fi_cancel(&impl_->ep.get()->fid, &r.ctx[i].ctx);
+  // libfabric reports each posted operation once more: done, or cancelled (an error entry).
+  // Which one decides whether a message landed in the buffer.
+  while (r.completed + r.failed < r.posted) impl_->progress();
+  if (r.size_mismatch) throw MismatchError(r.error);
+  if (r.completed == r.ops && r.failed == 0) return true;
+  r.error = "smddp: transfer cancelled";
+  return false;
 }
 
 void Endpoint::register_region(const void* buf, size_t bytes, MemoryKind kind, int device) {

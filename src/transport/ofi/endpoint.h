@@ -46,6 +46,14 @@ class Endpoint {
   // until the request is done.
   Handle send(int peer, const void* buf, size_t bytes, uint32_t tag);
   Handle recv(int peer, void* buf, size_t bytes, uint32_t tag);
+  // A receive from whichever rank sends the next message under `tag` (point to point, at most
+  // max_message() bytes); source() names that rank once it is done.
+  Handle recv_any(void* buf, size_t bytes, uint32_t tag);
+  int source(const Handle& h) const;  // -1 until done
+  // Takes back a receive that has not completed: true if a message landed in it after all (it
+  // completed while being withdrawn: the caller must treat it as received), false if it is
+  // cancelled and nothing will land. Throws if the receive failed.
+  bool withdraw(const Handle& h);
   // --- memory registration ---
   enum class MemoryKind { host, cuda };
   // Registers [buf, buf + bytes) until unregister_region(buf): transfers that lie inside it use

@@ -3,10 +3,11 @@ thread needs the GIL.
 
     gil      a Work's future callback (Python, so it takes the GIL on the engine thread) is still
              running when the process group is destroyed from Python: must not deadlock.
-    stress   N rounds: a root receives per_sender messages from every other rank with recv/irecv
+    stress N [NODES]  N rounds: a root receives per_sender messages from every other rank with recv/irecv
              from any source, while a tagged ring exchange is in flight and all_reduce runs
              between rounds; every message says who sent it and its index (in order per sender).
 """
+import os
 import sys
 import time
 
@@ -18,6 +19,10 @@ from common import checker
 
 check, done = checker()
 mode = sys.argv[1]
+nodes = int(sys.argv[3]) if len(sys.argv) > 3 else 1  # > 1: the ranks pretend to be that many nodes
+if nodes > 1:
+    os.environ["SMDDP_NODE_ID"] = f"p2p-node{int(os.environ['RANK']) * nodes // int(os.environ['WORLD_SIZE'])}"
+    os.environ.setdefault("FI_TCP_IFACE", "lo")
 dist.init_process_group(backend="smddp")
 rank, world = dist.get_rank(), dist.get_world_size()
 
