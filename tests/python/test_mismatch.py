@@ -12,3 +12,12 @@ from conftest import WORKERS, assert_all_ok, torchrun
 def test_mismatch_is_an_error_on_every_rank(smddp_built, case, nproc):
     p = torchrun(os.path.join(WORKERS, "mismatch.py"), nproc, case, timeout=120)
     assert_all_ok(p, nproc)
+
+
+# Across nodes (2 pretend nodes over libfabric): the odd rank is node 1's second rank, so node 0
+# hears of it only through the cross-node fingerprint swap.
+@pytest.mark.parametrize("case", ["count", "dtype", "root", "kind"])
+def test_mismatch_across_nodes_is_an_error_on_every_rank(smddp_built, case):
+    p = torchrun(os.path.join(WORKERS, "mismatch.py"), 4, case, "2", timeout=180)
+    assert_all_ok(p, 4)
+

@@ -2,8 +2,9 @@
 naming both sides within a second, the output is untouched, later calls say the group was
 aborted, and a new process group works. The last rank is the one that differs.
 
-    python3 mismatch.py CASE     CASE: count dtype root op kind ddp_extra_param
+    python3 mismatch.py CASE [NODES]     CASE: count dtype root op kind ddp_extra_param
 """
+import os
 import sys
 import time
 
@@ -15,6 +16,10 @@ from common import checker
 
 check, done = checker()
 case = sys.argv[1]
+nodes = int(sys.argv[2]) if len(sys.argv) > 2 else 1  # > 1: the ranks pretend to be that many nodes
+if nodes > 1:
+    os.environ["SMDDP_NODE_ID"] = f"mismatch-node{int(os.environ['RANK']) * nodes // int(os.environ['WORLD_SIZE'])}"
+    os.environ.setdefault("FI_TCP_IFACE", "lo")
 dist.init_process_group(backend="smddp")
 rank, world = dist.get_rank(), dist.get_world_size()
 odd = rank == world - 1
