@@ -560,8 +560,15 @@ bool Endpoint::withdraw(const Handle& h) {
   }
   for (size_t i = 0; i < r.posted; ++i) fi_cancel(&impl_->ep.get()->fid, &r.ctx[i].ctx);
   // libfabric reports each posted operation once more: done, or cancelled (an error entry).
-  // Which one decides whether a message landed in the buffer.
-  while (r.completed + r.failed < r.posted) impl_->progress();
+  // Which one decides whether a message landed in the buffer. Bounded: a provider that never
+  // reports would otherwise hold this thread forever.
+  const auto give_up = Clock::now() + std::chrono::seconds(30);
+  while (r.completed + r.failed < r.posted) {
+    impl_->progress();
+    if (Clock::now() > give_up)
+      throw SystemError("smddp: libfabric (" + impl_->provider +
+                        ") did not report a cancelled receive within 30 s; its buffer may still be written");
+  }
   if (r.size_mismatch) throw MismatchError(r.error);
   if (r.completed == r.ops && r.failed == 0) return true;
   r.error = "smddp: transfer cancelled";
