@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/peer_window.h"
 #include "engine/op_info.h"
 #include "smddp/types.h"
 #include "topology/topology.h"
@@ -52,6 +53,7 @@ struct Context {
   // on this node or by a rank elsewhere (through the store).
   const std::function<void()>* watch = nullptr;
   ScratchPool* scratch = nullptr;  // buffers kept between collectives (scratch_pool.h)
+  device::PeerWindows* windows = nullptr;  // the node's peers' memory, directly (single-copy algorithms)
   int rank() const { return shm.rank(); }
   int size() const { return shm.size(); }
 };

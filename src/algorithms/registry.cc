@@ -9,9 +9,11 @@ namespace smddp::algorithms {
 
 void allreduce_one_shot(Context&, const CollArgs&);
 void allreduce_rs_ag(Context&, const CollArgs&);
-void allreduce_cma(Context&, const CollArgs&);
+void allreduce_window(Context&, const CollArgs&);
 void allgather_direct(Context&, const CollArgs&);
+void allgather_window(Context&, const CollArgs&);
 void reduce_scatter_direct(Context&, const CollArgs&);
+void reduce_scatter_window(Context&, const CollArgs&);
 void broadcast_direct(Context&, const CollArgs&);
 void reduce_direct(Context&, const CollArgs&);
 void gather_direct(Context&, const CollArgs&);
@@ -53,9 +55,11 @@ const std::vector<Algorithm>& all() {
   static const std::vector<Algorithm> list = {
       {CollKind::allreduce, "one_shot", allreduce_one_shot},
       {CollKind::allreduce, "rs_ag", allreduce_rs_ag},
-      {CollKind::allreduce, "cma", allreduce_cma},
+      {CollKind::allreduce, "window", allreduce_window},
       {CollKind::allgather, "direct", allgather_direct},
+      {CollKind::allgather, "window", allgather_window},
       {CollKind::reduce_scatter, "direct", reduce_scatter_direct},
+      {CollKind::reduce_scatter, "window", reduce_scatter_window},
       {CollKind::broadcast, "direct", broadcast_direct},
       {CollKind::reduce, "direct", reduce_direct},
       {CollKind::gather, "direct", gather_direct},

@@ -92,6 +92,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(size), options_.timeout);
   }
   if (!scratch_) scratch_ = std::make_unique<algorithms::ScratchPool>();
+  windows_ = device::cma_windows([g = shm_.get()](int r) { return g->pid_of(r); });
   shm_->set_disagreement_handler([this](const std::vector<Fingerprint>& all) {
     const std::vector<int> global = multi_node_ ? topo_.local_ranks() : std::vector<int>{};
     throw MismatchError(prefix() + "ranks called different collectives: " + describe_disagreement(all, global) +
@@ -235,7 +236,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
     const std::function<void()> watch = [&] { watch_remote(op); };
     algorithms::Context ctx{*shm_, device::host(), op, multi_node_ ? &topo_ : nullptr, net_.get(),
-                            multi_node_ ? &watch : nullptr, scratch_.get()};
+                            multi_node_ ? &watch : nullptr, scratch_.get(), windows_.get()};
     if (consistency_) {
       // Compared in the algorithm's first shared-memory round, before it combines or copies
       // anything into an output. Across nodes the algorithms may start on the network, and an

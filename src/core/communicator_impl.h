@@ -75,6 +75,7 @@ class CommunicatorImpl {
   std::unique_ptr<shm::Group> shm_;         // the ranks of this node
   std::unique_ptr<ofi::Endpoint> net_;      // every rank, when they span nodes
   std::unique_ptr<algorithms::ScratchPool> scratch_;  // after net_: unregisters before it closes
+  std::unique_ptr<device::PeerWindows> windows_;      // the node's peers' host memory (single-copy algorithms)
   std::mutex submit_mu_;  // issue order = sequence order
   uint64_t seq_ = 0;
   uint64_t coll_seq_ = 0;

@@ -104,7 +104,7 @@ void reduction_matrix(Communicator& c, const std::string& algo, Report& rep, boo
 }
 
 // Data movement: every byte must arrive exactly. Pattern: value of (source rank, index).
-void movement_matrix(Communicator& c, Report& rep, bool big) {
+void movement_matrix(Communicator& c, Report& rep, bool big, const char* ag = "direct") {
   const int w = c.size(), me = c.rank();
   const auto W = static_cast<size_t>(w);
   int salt = 1000;
@@ -129,12 +129,12 @@ void movement_matrix(Communicator& c, Report& rep, bool big) {
         fill_inputs(in.data(), count, me, t, pat, salt);
         c.allgather(in.data(), out.data(), count, t).wait();
         for (int j = 0; j < w; ++j)
-          expect_block(case_name("allgather", "direct", t, pat, count), at(out.data(), j * count, t), count, j, 0);
+          expect_block(case_name("allgather", ag, t, pat, count), at(out.data(), j * count, t), count, j, 0);
         Buf inplace(count * W, t);
         fill_inputs(at(inplace.data(), static_cast<size_t>(me) * count, t), count, me, t, pat, salt);
         c.allgather(at(inplace.data(), static_cast<size_t>(me) * count, t), inplace.data(), count, t).wait();
         for (int j = 0; j < w; ++j)
-          expect_block(case_name("allgather-inplace", "direct", t, pat, count), at(inplace.data(), j * count, t),
+          expect_block(case_name("allgather-inplace", ag, t, pat, count), at(inplace.data(), j * count, t),
                        count, j, 0);
       }
       {  // broadcast
@@ -204,13 +204,15 @@ class CollectiveMatrix : public ::testing::TestWithParam<int> {};
 
 void run_matrix(int world, bool big) {
   auto result = run_ranks(world, [big](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    for (std::string algo : {"one_shot", "rs_ag", "cma"}) {
+    for (std::string algo : {"one_shot", "rs_ag", "window"}) {
       Options o;
-      o.algorithms = "allreduce:" + algo;
+      // The single-copy (peer window) algorithms of every collective that has one.
+      o.algorithms = algo == "window" ? "allreduce:window,allgather:window,reduce_scatter:window" : "allreduce:" + algo;
       o.timeout = std::chrono::seconds(120);
       Communicator c(store, rank, w, o);
-      reduction_matrix(c, algo, rep, big, algo == "rs_ag");
-      if (algo == "rs_ag") movement_matrix(c, rep, big);
+      const bool others = algo != "one_shot";
+      reduction_matrix(c, algo, rep, big, others);
+      if (others) movement_matrix(c, rep, big, algo == "window" ? "window" : "direct");
     }
     // Second run, new communicator: allreduce results must repeat bit for bit.
     Report again;

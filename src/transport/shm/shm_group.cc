@@ -4,7 +4,6 @@
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -201,24 +200,6 @@ Group::FifoCtl* Group::fifo(int src, int dst) const {
 std::byte* Group::fifo_data(int src, int dst) const { return reinterpret_cast<std::byte*>(fifo(src, dst)) + kPage; }
 
 int Group::pid_of(int r) const { return ctl(r)->pid.load(std::memory_order_acquire); }
-
-void Group::read_peer(int r, void* local, const void* remote, size_t bytes, const OpInfo& op) const {
-  auto* dst = static_cast<std::byte*>(local);
-  auto* src = static_cast<const std::byte*>(remote);
-  while (bytes > 0) {
-    iovec l{dst, bytes}, rv{const_cast<std::byte*>(src), bytes};
-    ssize_t n = ::process_vm_readv(pid_of(r), &l, 1, &rv, 1, 0);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      throw SystemError("smddp: " + op.describe() + ": reading " + std::to_string(bytes) + " bytes from rank " +
-                        std::to_string(r) + " (pid " + std::to_string(pid_of(r)) +
-                        ") with process_vm_readv failed: " + std::strerror(n < 0 ? errno : EIO));
-    }
-    dst += n;
-    src += n;
-    bytes -= static_cast<size_t>(n);
-  }
-}
 
 void Group::arrive() {
   ctl(rank_)->step.store(++step_, std::memory_order_release);

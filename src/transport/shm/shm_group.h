@@ -58,11 +58,8 @@ class Group {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // Process id of local rank r (for single-copy reads of its memory, see read_peer).
+  // Process id of local rank r (single-copy reads of its memory: device/peer_window.h).
   int pid_of(int r) const;
-  // Copies `bytes` from address `remote` in local rank r's process into `local`
-  // (process_vm_readv: one copy, no staging). Throws SystemError naming the rank on failure.
-  void read_peer(int r, void* local, const void* remote, size_t bytes, const OpInfo& op) const;
 
   // --- rounds ---
   size_t slot_bytes() const { return cfg_.slot_bytes; }

@@ -1,0 +1,36 @@
+// The rounds every single-copy algorithm opens and closes with (device/peer_window.h): each rank
+// exposes its buffers and opens every peer's, then reads them directly; at the end no rank
+// leaves (and frees or reuses its buffers) before every rank has finished reading.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/scratch_pool.h"
+#include "device/peer_window.h"
+
+namespace smddp::algorithms {
+
+// peers[j][k]: buffer k of local rank j (unused for j == my rank).
+using OpenWindows = std::vector<std::vector<device::PeerBuffer>>;
+
+// One round: every rank publishes descriptors of `mine` (address, bytes each) and opens every
+// peer's. Returns false, on every rank alike, when some rank could not expose its memory this
+// way (the caller then runs a staged algorithm instead); `peers` is filled only on true.
+bool open_windows(Context& ctx, const std::vector<std::pair<const void*, size_t>>& mine, OpenWindows& peers);
+
+// The closing round: returns once every rank has finished reading every other's buffers.
+void close_windows(Context& ctx);
+
+// Bytes [offset, offset + bytes) of a peer's buffer, readable by ctx.dev: in place where the
+// window maps the peer's memory, otherwise read into `scratch` (room for `bytes`).
+const void* view_peer(Context& ctx, const device::PeerBuffer& b, size_t offset, size_t bytes, std::byte* scratch);
+
+// Copies bytes [offset, offset + bytes) of a peer's buffer into `dst` (one copy either way).
+void fetch_peer(Context& ctx, const device::PeerBuffer& b, size_t offset, void* dst, size_t bytes);
+
+// Scratch slot the single-copy algorithms use for pieces read from peers (scratch_pool.h).
+inline constexpr size_t kWindowScratchSlot = 4;
+
+}  // namespace smddp::algorithms

@@ -1,0 +1,71 @@
+// Peer windows over host memory: cross-memory attach. See peer_window.h.
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "device/peer_window.h"
+#include "smddp/errors.h"
+
+namespace smddp::device {
+
+namespace {
+
+struct CmaDescriptor {
+  uint64_t address;
+  uint64_t bytes;
+};
+static_assert(sizeof(CmaDescriptor) <= PeerWindows::kDescriptorBytes);
+
+class CmaWindows final : public PeerWindows {
+ public:
+  explicit CmaWindows(std::function<int(int)> pid_of) : pid_of_(std::move(pid_of)) {}
+  const char* name() const override { return "cma"; }
+
+  bool expose(const void* p, size_t bytes, std::byte* desc) override {
+    const CmaDescriptor d{reinterpret_cast<uint64_t>(p), bytes};
+    std::memcpy(desc, &d, sizeof d);
+    return true;  // any memory of this process can be read by a peer allowed to
+  }
+
+  PeerBuffer open(int peer, const std::byte* desc) override {
+    CmaDescriptor d;
+    std::memcpy(&d, desc, sizeof d);
+    return {peer, d.address, static_cast<size_t>(d.bytes), nullptr};
+  }
+
+  void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) override {
+    const int pid = pid_of_(b.peer);
+    if (offset > b.bytes || bytes > b.bytes - offset)
+      throw InvalidArgument("smddp: " + op.describe() + ": read of " + std::to_string(bytes) + " bytes at offset " +
+                            std::to_string(offset) + " past the " + std::to_string(b.bytes) +
+                            " bytes local rank " + std::to_string(b.peer) + " exposed");
+    auto* to = static_cast<std::byte*>(dst);
+    uint64_t from = b.remote + offset;
+    while (bytes > 0) {
+      iovec l{to, bytes}, r{reinterpret_cast<void*>(from), bytes};
+      const ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+      if (n <= 0) {
+        if (n < 0 && errno == EINTR) continue;
+        throw SystemError("smddp: " + op.describe() + ": reading " + std::to_string(bytes) +
+                          " bytes from local rank " + std::to_string(b.peer) + " (pid " + std::to_string(pid) +
+                          ") with process_vm_readv failed: " + std::strerror(n < 0 ? errno : EIO));
+      }
+      to += n;
+      from += static_cast<uint64_t>(n);
+      bytes -= static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  std::function<int(int)> pid_of_;
+};
+
+}  // namespace
+
+std::unique_ptr<PeerWindows> cma_windows(std::function<int(int)> pid_of) {
+  return std::make_unique<CmaWindows>(std::move(pid_of));
+}
+
+}  // namespace smddp::device

@@ -1,0 +1,54 @@
+// Peer windows: reading the memory of another rank of this node directly, with one copy and no
+// staging. An algorithm exposes its buffers (a small descriptor it publishes in a shared-memory
+// round), opens its peers' descriptors, and reads ranges of their buffers. Each kind of memory
+// has its own way in, behind this one interface, so a single algorithm serves all of them:
+//   host memory    cross-memory attach (process_vm_readv): the descriptor is the address, every
+//                  read is a system call that copies once (cma_window.cc)
+//   device memory  an IPC handle opened once per peer allocation and cached, read by copy
+//                  engines or in place by kernels (docs/gpu.md)
+// A window that maps a peer's memory into this process gives its address (PeerBuffer::mapped),
+// so a reduction reads it in place; one that cannot (CMA) copies through the caller's scratch.
+// Reading is only safe while the peer keeps the buffer: algorithms end with a round that no rank
+// leaves before every rank has finished reading.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "engine/op_info.h"
+
+namespace smddp::device {
+
+// One exposed buffer of a peer, as this rank reaches it.
+struct PeerBuffer {
+  int peer = -1;                      // the peer's local rank
+  uint64_t remote = 0;                // the buffer's address in the peer's process
+  size_t bytes = 0;                   // its exposed length: reads past it are refused
+  const std::byte* mapped = nullptr;  // non-null: readable in place here (by this rank's Device)
+};
+
+class PeerWindows {
+ public:
+  // What a peer needs to open one exposed buffer (an IPC handle is 64 bytes; room for more).
+  static constexpr size_t kDescriptorBytes = 96;
+
+  virtual ~PeerWindows() = default;
+  virtual const char* name() const = 0;
+  // Fills `desc` (kDescriptorBytes) so that peers can open [p, p + bytes). False: this memory
+  // cannot be exposed this way (then the algorithm stages instead; every rank must learn it).
+  virtual bool expose(const void* p, size_t bytes, std::byte* desc) = 0;
+  // Opens what local rank `peer` exposed.
+  virtual PeerBuffer open(int peer, const std::byte* desc) = 0;
+  // Copies [offset, offset + bytes) of a peer's buffer into `dst`, memory of this window's kind.
+  // Throws SystemError naming the op and peer when the peer cannot be read.
+  virtual void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) = 0;
+};
+
+// Host memory of the node's other ranks by process_vm_readv; `pid_of(r)` is local rank r's
+// process. Needs ptrace permission between the ranks (the same user; shm::Group sets
+// PR_SET_PTRACER for Yama).
+std::unique_ptr<PeerWindows> cma_windows(std::function<int(int)> pid_of);
+
+}  // namespace smddp::device
