@@ -1,0 +1,250 @@
+// The single-copy algorithms over both kinds of peer window (device/peer_window.h):
+//  - a mapped window, the shape CUDA IPC has: "device memory" is an arena (a memfd) each rank
+//    allocates its buffers from; a peer maps the arena once, on first use, and keeps it (the
+//    handle cache); memory outside the arena cannot be exposed, and then every rank must fall
+//    back to the staged algorithm. The reductions read the peers' memory in place.
+//  - CMA (host memory), as the communicator uses it: reads copy through scratch.
+// The algorithms run here directly on a shm::Group with a small staging slot, so every size
+// below crosses several pipeline chunks.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "algorithms/registry.h"
+#include "algorithms/scratch_pool.h"
+#include "collective/harness.h"
+#include "smddp/errors.h"
+
+namespace smddp::testing {
+namespace {
+
+using algorithms::CollArgs;
+using algorithms::CollKind;
+
+// A test "device": one shared arena per rank, opened by peers through /proc/PID/fd (what
+// cudaIpcOpenMemHandle does for cudaMalloc memory), mapped once per peer and cached.
+class MappedWindows final : public device::PeerWindows {
+ public:
+  explicit MappedWindows(size_t bytes) : bytes_(bytes) {
+    fd_ = ::memfd_create("smddp-test-arena", 0);
+    if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) throw std::runtime_error("memfd");
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap arena");
+    base_ = static_cast<std::byte*>(p);
+  }
+  ~MappedWindows() override {
+    for (auto& [peer, m] : maps_) ::munmap(m, bytes_);
+    ::munmap(base_, bytes_);
+    ::close(fd_);
+  }
+  const char* name() const override { return "test-mapped"; }
+
+  // Bump allocation from the arena ("device memory"); reset() frees everything.
+  template <class T>
+  T* alloc(size_t n) {
+    const size_t at = (used_ + 63) / 64 * 64;
+    if (at + n * sizeof(T) > bytes_) throw std::runtime_error("arena full");
+    used_ = at + n * sizeof(T);
+    return reinterpret_cast<T*>(base_ + at);
+  }
+  void reset() { used_ = 0; }
+
+  bool expose(const void* p, size_t bytes, std::byte* desc) override {
+    const auto* b = static_cast<const std::byte*>(p);
+    if (b < base_ || b + bytes > base_ + bytes_) return false;  // not "device memory"
+    const Desc d{::getpid(), fd_, static_cast<uint64_t>(b - base_), bytes};
+    std::memcpy(desc, &d, sizeof d);
+    return true;
+  }
+  device::PeerBuffer open(int peer, const std::byte* desc) override {
+    Desc d;
+    std::memcpy(&d, desc, sizeof d);
+    ++open_calls_;
+    auto it = maps_.find(peer);
+    if (it == maps_.end()) {
+      const std::string path = "/proc/" + std::to_string(d.pid) + "/fd/" + std::to_string(d.fd);
+      const int fd = ::open(path.c_str(), O_RDWR);
+      if (fd < 0) throw SystemError("open " + path + ": " + std::strerror(errno));
+      void* m = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::close(fd);
+      if (m == MAP_FAILED) throw SystemError("mmap " + path);
+      it = maps_.emplace(peer, static_cast<std::byte*>(m)).first;
+    }
+    return {peer, d.offset, static_cast<size_t>(d.bytes), it->second + d.offset};
+  }
+  void read(const device::PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo&) override {
+    ++reads_;
+    std::memcpy(dst, b.mapped + offset, bytes);
+  }
+
+  int mapped_peers() const { return static_cast<int>(maps_.size()); }
+  int open_calls() const { return open_calls_; }
+
+ private:
+  struct Desc {
+    int32_t pid;
+    int32_t fd;
+    uint64_t offset;
+    uint64_t bytes;
+  };
+  size_t bytes_, used_ = 0;
+  int fd_ = -1;
+  std::byte* base_ = nullptr;
+  std::map<int, std::byte*> maps_;
+  int open_calls_ = 0, reads_ = 0;
+};
+
+OpInfo op_for(const char* name, int rank, int w) {
+  OpInfo op;
+  op.name = name;
+  op.rank = rank;
+  op.size = w;
+  op.timeout = std::chrono::seconds(60);
+  op.deadline = Clock::now() + op.timeout;
+  return op;
+}
+
+float value(int rank, size_t i) { return static_cast<float>(rank * 1000 + static_cast<int>(i % 997)); }
+
+// Runs allreduce (out of and in place), allgather and reduce_scatter through the window
+// algorithms with buffers from `alloc` (nullptr: plain heap memory), checks every element.
+template <class Alloc>
+void run_window_collectives(shm::Group& g, device::PeerWindows& win, Alloc alloc, Report& rep, const std::string& tag) {
+  const int w = g.size(), me = g.rank();
+  const auto W = static_cast<size_t>(w);
+  algorithms::ScratchPool scratch;
+  for (size_t count : {size_t{1}, size_t{777}, size_t{5000}}) {  // slot: 1024 floats
+    const std::string at = tag + " count " + std::to_string(count) + ": ";
+    auto sum = [&](size_t i) {
+      float s = 0;
+      for (int r = 0; r < w; ++r) s += value(r, i);
+      return s;
+    };
+    for (bool in_place : {false, true}) {
+      float* in = alloc(count);
+      float* out = in_place ? in : alloc(count);
+      for (size_t i = 0; i < count; ++i) in[i] = value(me, i);
+      OpInfo op = op_for("allreduce", me, w);
+      algorithms::Context ctx{g, device::host(), op, nullptr, nullptr, nullptr, &scratch, &win};
+      CollArgs a;
+      a.kind = CollKind::allreduce, a.send = in, a.recv = out, a.count = count, a.op = Reduction{ReduceOp::sum};
+      algorithms::find(CollKind::allreduce, "window").run(ctx, a);
+      for (size_t i = 0; i < count; ++i)
+        if (out[i] != sum(i)) {
+          rep.fail(at + "allreduce" + (in_place ? " in place" : "") + " wrong at " + std::to_string(i));
+          break;
+        }
+    }
+    {
+      float* in = alloc(count);
+      float* out = alloc(count * W);
+      for (size_t i = 0; i < count; ++i) in[i] = value(me, i);
+      OpInfo op = op_for("allgather", me, w);
+      algorithms::Context ctx{g, device::host(), op, nullptr, nullptr, nullptr, &scratch, &win};
+      CollArgs a;
+      a.kind = CollKind::allgather, a.send = in, a.recv = out, a.count = count;
+      algorithms::find(CollKind::allgather, "window").run(ctx, a);
+      for (size_t k = 0; k < count * W; ++k)
+        if (out[k] != value(static_cast<int>(k / count), k % count)) {
+          rep.fail(at + "allgather wrong at " + std::to_string(k));
+          break;
+        }
+    }
+    {
+      float* in = alloc(count * W);
+      float* out = alloc(count);
+      for (size_t k = 0; k < count * W; ++k) in[k] = value(me, k);
+      OpInfo op = op_for("reduce_scatter", me, w);
+      algorithms::Context ctx{g, device::host(), op, nullptr, nullptr, nullptr, &scratch, &win};
+      CollArgs a;
+      a.kind = CollKind::reduce_scatter, a.send = in, a.recv = out, a.count = count,
+      a.op = Reduction{ReduceOp::sum};
+      algorithms::find(CollKind::reduce_scatter, "window").run(ctx, a);
+      for (size_t i = 0; i < count; ++i)
+        if (out[i] != sum(static_cast<size_t>(me) * count + i)) {
+          rep.fail(at + "reduce_scatter wrong at " + std::to_string(i));
+          break;
+        }
+    }
+  }
+}
+
+shm::GroupConfig small_slots() {
+  shm::GroupConfig cfg;
+  cfg.slot_bytes = 4096;
+  return cfg;
+}
+
+class PeerWindow : public ::testing::TestWithParam<int> {};
+
+// Reductions read the peers' arenas in place; each peer's arena is mapped once for all
+// collectives (the cache), however many buffers were exposed.
+TEST_P(PeerWindow, MappedWindowsReadPeersInPlaceAndMapEachPeerOnce) {
+  auto res = run_ranks(GetParam(), [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    MappedWindows win(64 << 20);
+    shm::Group g(*store, rank, w, small_slots(), std::chrono::seconds(60));
+    run_window_collectives(g, win, [&](size_t n) { return win.alloc<float>(n); }, rep, "mapped");
+    if (win.mapped_peers() != w - 1)
+      rep.fail("mapped " + std::to_string(win.mapped_peers()) + " peer arenas, expected " + std::to_string(w - 1));
+    if (win.open_calls() < 10 * (w - 1)) rep.fail("fewer opens than exposed buffers: the test exposed too little");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// One rank's buffers are not "device memory": no rank may read through windows (every rank
+// learns it in the opening round and runs the staged algorithm), and the results are right.
+TEST_P(PeerWindow, MemoryOneRankCannotExposeFallsBackToStagingOnEveryRank) {
+  auto res = run_ranks(GetParam(), [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    MappedWindows win(64 << 20);
+    shm::Group g(*store, rank, w, small_slots(), std::chrono::seconds(60));
+    std::vector<std::vector<float>> heap;
+    auto alloc = [&](size_t n) -> float* {
+      if (rank != w - 1) return win.alloc<float>(n);
+      heap.emplace_back(n);
+      return heap.back().data();
+    };
+    run_window_collectives(g, win, alloc, rep, "fallback");
+    if (win.open_calls() != 0) rep.fail(std::to_string(win.open_calls()) + " windows opened despite the fallback");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// Host memory the way communicators reach it: process_vm_readv through scratch.
+TEST_P(PeerWindow, CmaWindowsReadHostMemory) {
+  auto res = run_ranks(GetParam(), [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    shm::Group g(*store, rank, w, small_slots(), std::chrono::seconds(60));
+    auto win = device::cma_windows([&g](int r) { return g.pid_of(r); });
+    std::vector<std::vector<float>> heap;
+    run_window_collectives(g, *win, [&](size_t n) { heap.emplace_back(n); return heap.back().data(); }, rep, "cma");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(World, PeerWindow, ::testing::Values(2, 3),
+                         [](const ::testing::TestParamInfo<int>& i) { return "w" + std::to_string(i.param); });
+
+// A read past what the peer exposed is refused with the sizes named, before any system call.
+TEST(PeerWindowCma, ReadPastTheExposedBytesIsRefused) {
+  auto win = device::cma_windows([](int) { return ::getpid(); });
+  std::vector<std::byte> buf(64), desc(device::PeerWindows::kDescriptorBytes), dst(128);
+  ASSERT_TRUE(win->expose(buf.data(), buf.size(), desc.data()));
+  const auto b = win->open(0, desc.data());
+  OpInfo op = op_for("allgather", 0, 1);
+  win->read(b, 32, dst.data(), 32, op);  // the last 32 bytes: fine
+  try {
+    win->read(b, 32, dst.data(), 33, op);
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("read of 33 bytes at offset 32 past the 64 bytes"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace smddp::testing
