@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "algorithms/registry.h"
+#include "core_to_core.h"
 #include "reduce/element_io.h"
 #include "smddp/smddp.h"
 
@@ -131,8 +132,8 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
     std::printf("# smddp-perf %s: %s, %d ranks, dtype %s, op %s, warmup %d, iters %d%s%s\n", version(),
                 a.coll.c_str(), world, to_string(a.dtype), to_string(a.op), a.warmup, a.iters,
                 a.algo.empty() ? "" : ", algorithm ", a.algo.c_str());
-    std::printf("#%12s %12s %6s %6s %6s %12s %10s %10s %7s  %s\n", "size(B)", "count", "type", "redop", "root",
-                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algorithm");
+    std::printf("#%12s %12s %6s %6s %6s %12s %10s %10s %7s  %-12s %s\n", "size(B)", "count", "type", "redop", "root",
+                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algorithm", "c2c(ns)");
   }
   long total_wrong = 0;
   // min, min*f, ... and always max itself (so a sweep "to 64M" ends at 64 MiB).
@@ -159,6 +160,8 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < a.iters; ++i) run_once().wait();
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / a.iters;
+    // The machine's state during this row (core_to_core.h); the others wait meanwhile.
+    const double c2c = rank == 0 ? bench::core_to_core_ns() : 0;
     // Slowest rank's time, as the reported time.
     double t_max = us;
     comm.allreduce(&us, &t_max, 1, DataType::f64, ReduceOp::max).wait();
@@ -209,9 +212,9 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
       const char* algo = !a.algo.empty()             ? a.algo.c_str()
                          : std::getenv("SMDDP_NODE_ID") ? "per-topology"
                                                         : algorithms::select(kind, bytes, world).name;
-      std::printf(" %12zu %12zu %6s %6s %6d %12.2f %10.3f %10.3f %7ld  %s\n", bytes, s.count, to_string(a.dtype),
-                  a.coll == "allreduce" || a.coll == "reduce_scatter" ? to_string(a.op) : "none",
-                  a.coll == "broadcast" ? 0 : -1, t_max, algbw, algbw * s.bus_factor, wrong, algo);
+      std::printf(" %12zu %12zu %6s %6s %6d %12.2f %10.3f %10.3f %7ld  %-12s %.0f\n", bytes, s.count,
+                  to_string(a.dtype), a.coll == "allreduce" || a.coll == "reduce_scatter" ? to_string(a.op) : "none",
+                  a.coll == "broadcast" ? 0 : -1, t_max, algbw, algbw * s.bus_factor, wrong, algo, c2c);
       std::fflush(stdout);
     }
   }
