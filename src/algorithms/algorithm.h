@@ -1,6 +1,7 @@
 // What every algorithm sees: the arguments of one collective and the means to run it (the
 // node's shared-memory group, a device for copies and reductions, the op for errors/deadlines).
-// Algorithms never touch sockets, CUDA or memcpy directly.
+// Algorithms never touch sockets, CUDA or memcpy directly, and end each round with ctx.arrive()
+// (never shm.arrive(): the device's work must land before the peers are told).
 #pragma once
 
 #include <chrono>
@@ -56,6 +57,12 @@ struct Context {
   device::PeerWindows* windows = nullptr;  // the node's peers' memory, directly (single-copy algorithms)
   int rank() const { return shm.rank(); }
   int size() const { return shm.size(); }
+  // Tells the peers this rank finished the round: what it copied or reduced is in memory first
+  // (Device::fence), so no peer reads a slot or an output before the data is there.
+  void arrive() {
+    dev.fence();
+    shm.arrive();
+  }
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);

@@ -13,7 +13,7 @@ void allgather_direct(Context& ctx, const CollArgs& a) {
     const auto r = patterns::chunk_at(a.count, chunk, c);
     const int p = ctx.shm.begin_round();
     ctx.dev.copy(ctx.shm.slot(me, p), at(a.send, r.begin, es), r.count * es);
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
     for (int j = 0; j < w; ++j) {
       void* dst = at(a.recv, static_cast<size_t>(j) * a.count + r.begin, es);

@@ -32,7 +32,7 @@ void rs_ag_rounds(Context& ctx, const void* send, void* recv, size_t count, Data
       const auto s = patterns::block(r.count, w, j);
       ctx.dev.copy(at(ctx.shm.slot(me, p), s.begin, es), at(send, r.begin + s.begin, es), s.count * es);
     }
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
 
     const auto seg = patterns::block(r.count, w, me);
@@ -41,7 +41,7 @@ void rs_ag_rounds(Context& ctx, const void* send, void* recv, size_t count, Data
     void* mine = at(ctx.shm.slot(me, p), seg.begin, es);
     ctx.dev.reduce({mine, srcs.data(), w, seg.count, t, op, w});
     if (i_output) ctx.dev.copy(at(recv, r.begin + seg.begin, es), mine, seg.count * es);
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
 
     if (!i_output) continue;

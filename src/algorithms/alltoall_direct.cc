@@ -30,7 +30,7 @@ void alltoall_direct(Context& ctx, const CollArgs& a) {
       mine[w + j] = a.recv_counts[static_cast<size_t>(j)];
     }
     ctx.shm.words(me, p)[0] = longest;
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
     for (int j = 0; j < w; ++j) longest = std::max<size_t>(longest, ctx.shm.words(j, p)[0]);
     auto counts_of = [&](int r) { return reinterpret_cast<const uint64_t*>(ctx.shm.slot(r, p)); };
@@ -53,7 +53,7 @@ void alltoall_direct(Context& ctx, const CollArgs& a) {
       ctx.dev.copy(at(ctx.shm.slot(me, p), static_cast<size_t>(d) * chunk, es),
                    at(a.send, a.send_displs[static_cast<size_t>(d)] + off, es), std::min(chunk, n - off) * es);
     }
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
     for (int j = 0; j < w; ++j) {
       const size_t n = a.recv_counts[static_cast<size_t>(j)];

@@ -5,7 +5,7 @@ namespace smddp::algorithms {
 
 void barrier_flags(Context& ctx, const CollArgs&) {
   ctx.shm.begin_round();
-  ctx.shm.arrive();
+  ctx.arrive();
   ctx.shm.wait_all(ctx.op);
 }
 

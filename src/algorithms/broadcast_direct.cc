@@ -10,7 +10,7 @@ void broadcast_direct(Context& ctx, const CollArgs& a) {
     const auto r = patterns::chunk_at(a.count, chunk, c);
     const int p = ctx.shm.begin_round();
     if (ctx.rank() == a.root) ctx.dev.copy(ctx.shm.slot(a.root, p), at(a.recv, r.begin, es), r.count * es);
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
     if (ctx.rank() != a.root) ctx.dev.copy(at(a.recv, r.begin, es), ctx.shm.slot(a.root, p), r.count * es);
   }

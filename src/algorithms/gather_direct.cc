@@ -11,7 +11,7 @@ void gather_direct(Context& ctx, const CollArgs& a) {
     const auto r = patterns::chunk_at(a.count, chunk, c);
     const int p = ctx.shm.begin_round();
     if (me != a.root) ctx.dev.copy(ctx.shm.slot(me, p), at(a.send, r.begin, es), r.count * es);
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
     if (me != a.root) continue;
     for (int j = 0; j < w; ++j) {

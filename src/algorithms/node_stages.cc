@@ -44,7 +44,7 @@ void node_reduce_scatter(Context& ctx, const void* send, void* dst, const ShardM
         ctx.dev.copy(at(sub, s - off, es), at(send, b, es), n * es);
       });
     }
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
     if (off >= my_count) continue;
     for (int j = 0; j < L; ++j) srcs[static_cast<size_t>(j)] = at(ctx.shm.slot(j, p), static_cast<size_t>(me) * chunk, es);
@@ -62,7 +62,7 @@ void node_allgather(Context& ctx, void* buf, const ShardMap& shards, DataType t)
     for_each_piece(shards[static_cast<size_t>(me)], off, chunk, [&](size_t b, size_t s, size_t n) {
       ctx.dev.copy(at(ctx.shm.slot(me, p), s - off, es), at(buf, b, es), n * es);
     });
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
     for (int j = 0; j < L; ++j) {
       if (j == me) continue;

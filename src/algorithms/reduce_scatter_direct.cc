@@ -18,7 +18,7 @@ void reduce_scatter_direct(Context& ctx, const CollArgs& a) {
     for (int b = 0; b < w; ++b)
       ctx.dev.copy(at(ctx.shm.slot(me, p), static_cast<size_t>(b) * chunk, es),
                    at(a.send, static_cast<size_t>(b) * a.count + r.begin, es), r.count * es);
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
     for (int j = 0; j < w; ++j)
       srcs[static_cast<size_t>(j)] = at(ctx.shm.slot(j, p), static_cast<size_t>(me) * chunk, es);

@@ -16,7 +16,7 @@ void scatter_direct(Context& ctx, const CollArgs& a) {
         if (b != me)
           ctx.dev.copy(at(ctx.shm.slot(me, p), static_cast<size_t>(b) * chunk, es),
                        at(a.send, static_cast<size_t>(b) * a.count + r.begin, es), r.count * es);
-    ctx.shm.arrive();
+    ctx.arrive();
     ctx.shm.wait_all(ctx.op);
     const void* src = me == a.root ? at(a.send, static_cast<size_t>(me) * a.count + r.begin, es)
                                    : static_cast<const void*>(at(ctx.shm.slot(a.root, p), static_cast<size_t>(me) * chunk, es));

@@ -19,7 +19,7 @@ bool open_windows(Context& ctx, const std::vector<std::pair<const void*, size_t>
   for (size_t k = 0; k < n; ++k)
     exposed = ctx.windows->expose(mine[k].first, mine[k].second, ctx.shm.slot(me, p) + k * kDesc) && exposed;
   ctx.shm.words(me, p)[0] = exposed ? 1 : 0;
-  ctx.shm.arrive();
+  ctx.arrive();
   ctx.shm.wait_all(ctx.op);
   for (int j = 0; j < w; ++j)
     if (ctx.shm.words(j, p)[0] != 1) return false;
@@ -34,7 +34,7 @@ bool open_windows(Context& ctx, const std::vector<std::pair<const void*, size_t>
 
 void close_windows(Context& ctx) {
   ctx.shm.begin_round();
-  ctx.shm.arrive();
+  ctx.arrive();
   ctx.shm.wait_all(ctx.op);
 }
 

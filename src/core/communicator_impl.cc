@@ -253,6 +253,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo.name
                             << " count " << args.count << ' ' << to_string(args.dtype);
     algo.run(ctx, args);
+    ctx.dev.fence();  // the outputs are complete when the collective is
     if (shm_->announcement_pending()) agreement_round(op);  // an algorithm that never synchronised
     scratch_->trim(kScratchKeep);
   } catch (const AbortedError& e) {

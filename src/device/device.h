@@ -15,6 +15,11 @@ class Device {
   // dst and src must not overlap; dst == src is a no-op.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void reduce(const reduce::ReduceArgs& args) = 0;
+  // Returns once every copy and reduction issued so far has landed in memory, so that the other
+  // ranks may read it. Host memory: at once (copies and reductions are done when they return).
+  // An asynchronous device (CUDA: work queued on a stream) waits for its queue here. Algorithms
+  // never call it themselves: Context::arrive() does, before telling the peers.
+  virtual void fence() {}
 };
 
 // Host memory: memcpy and the CPU reduction kernels.
