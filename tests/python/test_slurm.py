@@ -1,0 +1,76 @@
+"""Jobs started the way Slurm users start them, by Slurm's own daemons (#10): munged, slurmctld
+and one slurmd per network-namespace host, started and torn down by tests/slurm/cluster.sh.
+  - an `sbatch --nodes=2` job in seed 000's style: srun starts one torchrun per node, the
+    rendezvous on the allocation's first node;
+  - `srun --nodes=2 --ntasks-per-node=2` starting the ranks directly, no torchrun variables.
+Each rank checks smddp against gloo in the same job (tests/python/workers/slurm_train.py), and
+smddp must have seen two nodes. Nothing may stay behind: daemons, namespaces, shm segments."""
+import glob
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import REPO, WORKERS, child_env
+
+CLUSTER = os.path.join(REPO, "tests", "slurm", "cluster.sh")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="Slurm's daemons and network namespaces need root"),
+    pytest.mark.skipif(not all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "ip")),
+                       reason="Slurm (slurmctld, slurmd, munge) or iproute2 is not installed (the trixie devenv has them)"),
+]
+
+
+DAEMONS = ("slurmctld", "slurmd", "slurmstepd", "munged")
+
+
+def daemon_pids():
+    """Live (not zombie) processes of Slurm's and munge's daemons."""
+    ps = subprocess.run(["ps", "-eo", "pid=,stat=,comm="], capture_output=True, text=True).stdout
+    return {int(f[0]) for f in (line.split() for line in ps.splitlines())
+            if len(f) == 3 and f[2] in DAEMONS and not f[1].startswith("Z")}
+
+
+def run_on_cluster(tmp_path, command, timeout=420):  # cluster.sh gives the command 300 s
+    env = child_env({"SMDDP_SLURM_WORKER": os.path.join(WORKERS, "slurm_train.py"), "SMDDP_DEBUG": "INFO"})
+    shm_before, daemons_before = set(glob.glob("/dev/shm/smddp*")), daemon_pids()
+    p = subprocess.run([CLUSTER, str(tmp_path / "cluster"), "--", "bash", "-c", command], capture_output=True,
+                       text=True, timeout=timeout, env=env, cwd=tmp_path)
+    out = p.stdout + p.stderr
+    # Nothing left behind: the daemons and job steps, the hosts (namespaces, their /etc/netns
+    # files), our shm segments.
+    for _ in range(50):
+        left = daemon_pids() - daemons_before
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, f"daemons left running: {sorted(left)}"
+    m = re.search(r"slurm-cluster: smddp-([0-9a-f]+)-h0", out)
+    assert m, "the cluster did not come up:\n" + out[-8000:]
+    hosts = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"smddp-{m.group(1)}-" not in hosts, hosts
+    assert not glob.glob(f"/etc/netns/smddp-{m.group(1)}-*"), "hosts files left in /etc/netns"
+    assert set(glob.glob("/dev/shm/smddp*")) <= shm_before, "shm segments left behind"
+    return p, out
+
+
+def assert_ranks_ok(text, world=4):
+    for r in range(world):
+        assert f"rank {r} ALL OK" in text, text[-8000:]
+    assert "topology: 2 nodes" in text, "smddp did not see two nodes:\n" + text[-8000:]
+
+
+def test_sbatch_two_nodes_torchrun_per_node_like_seed_000(smddp_built, tmp_path):
+    job = os.path.join(REPO, "tests", "slurm", "torchrun.sbatch")
+    p, out = run_on_cluster(tmp_path, f"sbatch --wait --no-requeue {job}; rc=$?; cat smddp-torchrun-*.out; exit $rc")
+    assert p.returncode == 0, out[-8000:]
+    assert_ranks_ok(out)
+
+
+def test_srun_starts_the_ranks_directly_without_torchrun(smddp_built, tmp_path):
+    p, out = run_on_cluster(tmp_path, f"srun --nodes=2 --ntasks-per-node=2 python3 {WORKERS}/slurm_train.py srun")
+    assert p.returncode == 0, out[-8000:]
+    assert_ranks_ok(out)
