@@ -112,7 +112,7 @@ def fill(env=None):
                   "(and MASTER_PORT) to it before init_process_group", file=sys.stderr)
     if "MASTER_ADDR" in env and "MASTER_PORT" not in env and launcher:
         port, key = _job_port(env)
-        put("MASTER_PORT", port, f"from {key}" if key else "torch's default")
+        put("MASTER_PORT", port, key if key else "torch's default")
     if "LOCAL_RANK" in env:
         put("SMDATAPARALLEL_LOCAL_RANK", env["LOCAL_RANK"], "LOCAL_RANK")
     return done

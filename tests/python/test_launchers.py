@@ -1,6 +1,9 @@
 """Ranks started the ways users start them other than torchrun (#10): the rendezvous variables
 filled from the launcher's own (smddp.launch_env), and a job under Open MPI's real mpirun running
-a script written for SageMaker's SMDDP API before 1.4, checked against gloo."""
+a script written for SageMaker's SMDDP API before 1.4, checked against gloo; on two
+network-namespace hosts, seed 002's SageMaker launcher (torch.distributed.run per host from
+SM_HOSTS/SM_CURRENT_HOST) and mpirun across the hosts as SageMaker's MPI path runs it."""
+import json
 import os
 import shutil
 import subprocess
@@ -110,3 +113,83 @@ def test_mpirun_np4_runs_an_smddp_1_3_style_script(smddp_built):
     assert p.returncode == 0, out[-6000:]
     for r in range(4):
         assert f"rank {r} ALL OK" in p.stdout, out[-6000:]
+
+
+# --- on two network-namespace hosts (tools/netns), started as SageMaker starts jobs ---
+# Each host's name is its namespace's and resolves inside every host; what a site would set per
+# host (SMDDP_NODE_ID: the pretend hosts share one kernel; the link for libfabric's tcp provider
+# and gloo) is set as tests/launchers/netns_ssh sets it.
+NETNS = os.path.join(REPO, "tools", "netns")
+LAUNCHERS = os.path.join(REPO, "tests", "launchers")
+needs_hosts = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
+                                 reason="network-namespace hosts need root and iproute2")
+
+
+class NamespaceHosts:
+    def __init__(self, n):
+        self.id = subprocess.run([NETNS, "up", str(n)], capture_output=True, text=True, check=True).stdout.strip()
+        self.names = [f"smddp-{self.id}-h{i}" for i in range(n)]
+
+    def site_env(self, i, extra):
+        return launcher_env(dict(extra, SMDDP_NODE_ID=self.names[i], FI_TCP_IFACE="eth0", GLOO_SOCKET_IFNAME="eth0"))
+
+    def close(self):
+        subprocess.run([NETNS, "down", self.id], capture_output=True)
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert f"smddp-{self.id}-" not in left, left
+
+
+def assert_two_hosts_ok(out, world=4):
+    for r in range(world):
+        assert f"rank {r} ALL OK" in out, out[-8000:]
+    assert "topology: 2 nodes" in out, "smddp did not see two nodes:\n" + out[-8000:]
+
+
+@needs_hosts
+def test_seed_002_launcher_on_two_hosts_with_sagemakers_variables(smddp_built):
+    hosts = NamespaceHosts(2)
+    try:
+        procs = []
+        for i, name in enumerate(hosts.names):
+            env = hosts.site_env(i, {"SM_HOSTS": json.dumps(hosts.names), "SM_CURRENT_HOST": name,
+                                     "SM_NUM_GPUS": "2", "SAGEMAKER_JOB_NAME": f"smddp-test-{hosts.id}",
+                                     "SMDDP_DEBUG": "INFO"})
+            cmd = ["ip", "netns", "exec", name, sys.executable, os.path.join(LAUNCHERS, "sagemaker_launcher.py"),
+                   os.path.join(WORKERS, "two_hosts_train.py"), "torchrun"]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                          cwd=REPO))
+        outs = []
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=300)[0])
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise
+        out = "".join(outs)
+        assert all(p.returncode == 0 for p in procs), out[-8000:]
+        assert_two_hosts_ok(out)
+    finally:
+        hosts.close()
+
+
+@needs_hosts
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's mpirun is not installed (the trixie devenv has it)")
+def test_mpirun_across_two_hosts_runs_an_smddp_1_3_style_script(smddp_built):
+    # SageMaker's MPI path: one mpirun on the first host starts every rank, its daemons on the
+    # other hosts over ssh (here tests/launchers/netns_ssh); MASTER_ADDR comes from SM_HOSTS.
+    hosts = NamespaceHosts(2)
+    try:
+        h0, h1 = hosts.names
+        env = hosts.site_env(0, {"SM_HOSTS": json.dumps(hosts.names), "SM_CURRENT_HOST": h0, "SMDDP_DEBUG": "INFO"})
+        cmd = ["ip", "netns", "exec", h0, "mpirun", "--allow-run-as-root", "-np", "4", "-H", f"{h0}:2,{h1}:2",
+               "--prtemca", "plm_ssh_agent", os.path.join(LAUNCHERS, "netns_ssh"), "--bind-to", "none",
+               "-x", "PYTHONPATH", "-x", "SM_HOSTS", "-x", "SMDDP_DEBUG", "-x", "OMP_NUM_THREADS",
+               sys.executable, os.path.join(WORKERS, "old_api_train.py")]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+        out = p.stdout + p.stderr
+        assert p.returncode == 0, out[-8000:]
+        assert_two_hosts_ok(out)
+        assert f"MASTER_ADDR={h0} (from first host of SM_HOSTS)" in out, out[-8000:]
+    finally:
+        hosts.close()

@@ -3,7 +3,7 @@ and one slurmd per network-namespace host, started and torn down by tests/slurm/
   - an `sbatch --nodes=2` job in seed 000's style: srun starts one torchrun per node, the
     rendezvous on the allocation's first node;
   - `srun --nodes=2 --ntasks-per-node=2` starting the ranks directly, no torchrun variables.
-Each rank checks smddp against gloo in the same job (tests/python/workers/slurm_train.py), and
+Each rank checks smddp against gloo in the same job (tests/python/workers/two_hosts_train.py), and
 smddp must have seen two nodes. Nothing may stay behind: daemons, namespaces, shm segments."""
 import glob
 import os
@@ -35,7 +35,7 @@ def daemon_pids():
 
 
 def run_on_cluster(tmp_path, command, timeout=420):  # cluster.sh gives the command 300 s
-    env = child_env({"SMDDP_SLURM_WORKER": os.path.join(WORKERS, "slurm_train.py"), "SMDDP_DEBUG": "INFO"})
+    env = child_env({"SMDDP_SLURM_WORKER": os.path.join(WORKERS, "two_hosts_train.py"), "SMDDP_DEBUG": "INFO"})
     shm_before, daemons_before = set(glob.glob("/dev/shm/smddp*")), daemon_pids()
     p = subprocess.run([CLUSTER, str(tmp_path / "cluster"), "--", "bash", "-c", command], capture_output=True,
                        text=True, timeout=timeout, env=env, cwd=tmp_path)
@@ -71,6 +71,6 @@ def test_sbatch_two_nodes_torchrun_per_node_like_seed_000(smddp_built, tmp_path)
 
 
 def test_srun_starts_the_ranks_directly_without_torchrun(smddp_built, tmp_path):
-    p, out = run_on_cluster(tmp_path, f"srun --nodes=2 --ntasks-per-node=2 python3 {WORKERS}/slurm_train.py srun")
+    p, out = run_on_cluster(tmp_path, f"srun --nodes=2 --ntasks-per-node=2 python3 {WORKERS}/two_hosts_train.py srun")
     assert p.returncode == 0, out[-8000:]
     assert_ranks_ok(out)

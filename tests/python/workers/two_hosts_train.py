@@ -1,7 +1,8 @@
-"""Started by Slurm on two (namespace) hosts, two ranks each: by torchrun per node (an sbatch job
-in seed 000's style) or by srun directly, with no torchrun variables (smddp.launch_env fills
-them from SLURM_*). Checks what the launcher says against what the process group sees, then an
-allreduce, an allgather and 5 DDP steps over smddp against gloo in the same job."""
+"""Started on two (namespace) hosts, two ranks each, by a launcher users use: torchrun per node
+(Slurm's sbatch in seed 000's style, SageMaker's launcher in seed 002's) or srun directly, with no
+torchrun variables (smddp.launch_env fills them from SLURM_*). Checks what the launcher says
+against what the process group sees, then an allreduce, an allgather and 5 DDP steps over smddp
+against gloo in the same job. SMDDP_NODE_ID names the host (set by the test's "site")."""
 import copy
 import os
 import sys
@@ -27,7 +28,7 @@ if mode == "srun":
     check("no torchrun", "TORCHELASTIC_RUN_ID" not in os.environ, "started by torchrun")
 gloo = dist.new_group(backend="gloo")
 nodes = [None] * world
-dist.all_gather_object(nodes, os.environ["SLURMD_NODENAME"], group=gloo)
+dist.all_gather_object(nodes, os.environ["SMDDP_NODE_ID"], group=gloo)
 check("two hosts, two ranks each", len(set(nodes)) == 2 and all(nodes.count(n) == 2 for n in nodes), nodes)
 
 x = torch.arange(100000, dtype=torch.float32) * (rank + 1)
