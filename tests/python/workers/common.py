@@ -35,3 +35,25 @@ def same(a, b, exact):
     tol = {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(a.dtype, 1e-5)
     return torch.allclose(a.double() if not a.is_complex() else a, b.double() if not b.is_complex() else b,
                           rtol=tol, atol=tol, equal_nan=True)
+
+
+def check_ddp_against_gloo(ddp_class, gloo, rank, check, steps=5):
+    """Trains one small model with `ddp_class` over the default group (smddp) and one over `gloo`,
+    from the same start on the same data, and checks their parameters match after `steps`."""
+    import copy
+
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    models = {"smddp": ddp_class(copy.deepcopy(base)), "gloo": ddp_class(copy.deepcopy(base), process_group=gloo)}
+    for model in models.values():
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(steps):
+            inp, tgt = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+            opt.zero_grad()
+            nn.functional.mse_loss(model(inp), tgt).backward()
+            opt.step()
+    for (n, p), q in zip(models["smddp"].module.named_parameters(), models["gloo"].module.parameters()):
+        check(f"DDP {n} vs gloo", torch.allclose(p, q, rtol=1e-5, atol=1e-6), (p - q).abs().max().item())

@@ -3,16 +3,14 @@ own `dist` module and DDP class; init_process_group() with no arguments), starte
 that is not torchrun (mpirun; launch_env fills RANK, MASTER_ADDR, ...). Checked against gloo in
 the same job: an allreduce, and DDP training (smddp) against the same model trained over gloo.
 Expects to be started with no torchrun variables in its environment."""
-import copy
 import os
 
 import torch
-import torch.nn as nn
 
 import smdistributed.dataparallel.torch.distributed as dist
 from smdistributed.dataparallel.torch.parallel.distributed import DistributedDataParallel as DDP
 
-from common import checker
+from common import check_ddp_against_gloo, checker
 
 dist.init_process_group()
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -32,19 +30,7 @@ dist.all_reduce(a)
 dist.all_reduce(b, group=gloo)
 check("all_reduce vs gloo", torch.equal(a, b), (a - b).abs().max().item())
 
-torch.manual_seed(0)
-base = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-models = {"smddp": DDP(copy.deepcopy(base)), "gloo": DDP(copy.deepcopy(base), process_group=gloo)}
-for name, model in models.items():
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(rank)
-    for _ in range(5):
-        inp, tgt = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-        opt.zero_grad()
-        nn.functional.mse_loss(model(inp), tgt).backward()
-        opt.step()
-for (n, p), q in zip(models["smddp"].module.named_parameters(), models["gloo"].module.parameters()):
-    check(f"DDP {n} vs gloo", torch.allclose(p, q, rtol=1e-5, atol=1e-6), (p - q).abs().max().item())
+check_ddp_against_gloo(DDP, gloo, rank, check)
 dist.barrier()
 dist.destroy_process_group()
 done()

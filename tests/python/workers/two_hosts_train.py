@@ -3,7 +3,6 @@
 torchrun variables (smddp.launch_env fills them from SLURM_*). Checks what the launcher says
 against what the process group sees, then an allreduce, an allgather and 5 DDP steps over smddp
 against gloo in the same job. SMDDP_NODE_ID names the host (set by the test's "site")."""
-import copy
 import os
 import sys
 
@@ -12,7 +11,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import smddp  # noqa: F401  (registers the backend; fills RANK, ... under srun)
-from common import checker
+from common import check_ddp_against_gloo, checker
 
 mode = sys.argv[1]
 dist.init_process_group(backend="smddp")
@@ -41,20 +40,7 @@ dist.all_gather(outs[0], x[:1000])
 dist.all_gather(outs[1], x[:1000], group=gloo)
 check("all_gather vs gloo", all(torch.equal(p, q) for p, q in zip(*outs)), "differs")
 
-torch.manual_seed(0)
-base = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-models = {"smddp": nn.parallel.DistributedDataParallel(copy.deepcopy(base)),
-          "gloo": nn.parallel.DistributedDataParallel(copy.deepcopy(base), process_group=gloo)}
-for name, model in models.items():
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(rank)
-    for _ in range(5):
-        inp, tgt = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-        opt.zero_grad()
-        nn.functional.mse_loss(model(inp), tgt).backward()
-        opt.step()
-for (n, p), q in zip(models["smddp"].module.named_parameters(), models["gloo"].module.parameters()):
-    check(f"DDP {n} vs gloo", torch.allclose(p, q, rtol=1e-5, atol=1e-6), (p - q).abs().max().item())
+check_ddp_against_gloo(nn.parallel.DistributedDataParallel, gloo, rank, check)
 dist.barrier()
 dist.destroy_process_group()
 done()
