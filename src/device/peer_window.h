@@ -41,8 +41,10 @@ class PeerWindows {
   virtual bool expose(const void* p, size_t bytes, std::byte* desc) = 0;
   // Opens what local rank `peer` exposed.
   virtual PeerBuffer open(int peer, const std::byte* desc) = 0;
-  // Copies [offset, offset + bytes) of a peer's buffer into `dst`, memory of this window's kind.
-  // Throws SystemError naming the op and peer when the peer cannot be read.
+  // Copies [offset, offset + bytes) of a peer's buffer into `dst`, memory of this window's kind,
+  // in order with the Device's work on that memory (host: both synchronous; CUDA: the same
+  // stream), so a reduction queued after a read sees its data and a later read may reuse the
+  // scratch only after that reduction. Throws SystemError naming the op and peer on failure.
   virtual void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) = 0;
 };
 
