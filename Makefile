@@ -3,7 +3,7 @@
 #   make test   everything CI checks (see tools/test-all)
 # Both do their own set-up on a fresh Debian machine (host packages, hermetic torch roots).
 
-.PHONY: all build test demo bench clean devenv-down format
+.PHONY: all build test demo bench clean devenv-down format torch-suite
 
 all: build
 
@@ -17,6 +17,11 @@ test:
 
 demo:
 	tools/demo
+
+# torch's own distributed suite for gloo and smddp, both Debian suites, w=2 and 3: the table in
+# docs/torch-suite.md (long; make test runs a fixed part of it).
+torch-suite:
+	tools/torch-suite
 
 clean:
 	rm -rf build
