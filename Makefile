@@ -3,7 +3,7 @@
 #   make test   everything CI checks (see tools/test-all)
 # Both do their own set-up on a fresh Debian machine (host packages, hermetic torch roots).
 
-.PHONY: all build test demo bench clean devenv-down format torch-suite
+.PHONY: all build test demo bench clean devenv-down format torch-suite gpu-check
 
 all: build
 
@@ -22,6 +22,10 @@ demo:
 # docs/torch-suite.md (long; make test runs a fixed part of it).
 torch-suite:
 	tools/torch-suite
+
+# The GPU suite on a machine with a GPU (docs/gpu.md); without one it fails, saying the tests skipped.
+gpu-check:
+	tools/gpu-check
 
 clean:
 	rm -rf build

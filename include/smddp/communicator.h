@@ -3,7 +3,8 @@
 // Every collective is asynchronous: it returns a Work handle at once and runs on the
 // communicator's engine, in issue order (the same order must be used on every rank).
 // `work.wait()` is the blocking form. Buffers must stay valid until the work completes.
-// In-place forms: pass the same pointer as send and recv (allreduce, reduce, allgather with
+// `memory` says where the buffers are (types.h: host by default, or a CUDA device's memory;
+// docs/gpu.md). In-place forms: pass the same pointer as send and recv (allreduce, reduce, allgather with
 // send == recv + rank*count, reduce_scatter with recv == send + rank*count).
 #pragma once
 
@@ -77,26 +78,29 @@ class Communicator {
   int size() const;
   const Options& options() const;
 
-  Work allreduce(const void* send, void* recv, size_t count, DataType type, Reduction op);
+  Work allreduce(const void* send, void* recv, size_t count, DataType type, Reduction op, Memory memory = {});
   // recv holds size()*count elements: rank r's block at r*count.
-  Work allgather(const void* send, void* recv, size_t count, DataType type);
+  Work allgather(const void* send, void* recv, size_t count, DataType type, Memory memory = {});
   // send holds size()*recv_count elements; rank r gets the reduction of block r.
-  Work reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, Reduction op);
-  Work broadcast(void* buffer, size_t count, DataType type, int root);
+  Work reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, Reduction op,
+                      Memory memory = {});
+  Work broadcast(void* buffer, size_t count, DataType type, int root, Memory memory = {});
   // recv is used on the root only (may be null elsewhere).
-  Work reduce(const void* send, void* recv, size_t count, DataType type, Reduction op, int root);
+  Work reduce(const void* send, void* recv, size_t count, DataType type, Reduction op, int root,
+              Memory memory = {});
   // recv (root only) holds size()*count elements.
-  Work gather(const void* send, void* recv, size_t count, DataType type, int root);
+  Work gather(const void* send, void* recv, size_t count, DataType type, int root, Memory memory = {});
   // send (root only) holds size()*count elements.
-  Work scatter(const void* send, void* recv, size_t count, DataType type, int root);
+  Work scatter(const void* send, void* recv, size_t count, DataType type, int root, Memory memory = {});
   // Equal blocks of `count` elements to and from every rank.
-  Work alltoall(const void* send, void* recv, size_t count, DataType type);
+  Work alltoall(const void* send, void* recv, size_t count, DataType type, Memory memory = {});
   // Per-peer counts and displacements, in elements (MPI_Alltoallv).
   Work alltoallv(const void* send, const std::vector<size_t>& send_counts,
                  const std::vector<size_t>& send_displs, void* recv,
                  const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
-                 DataType type);
-  // Point to point. Messages between a pair of ranks are matched in order; tags must agree.
+                 DataType type, Memory memory = {});
+  // Point to point, host memory only (CUDA buffers: the collectives). Messages between a pair
+  // of ranks are matched in order; tags must agree.
   Work send(const void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
   Work recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
   // Receives the next message with `tag` from whichever rank sends one (MPI_ANY_SOURCE);

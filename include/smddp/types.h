@@ -33,6 +33,17 @@ struct Reduction {
   }
 };
 
+// Where a collective's buffers live: host memory unless said otherwise, or the memory of CUDA
+// device `device` of this process (docs/gpu.md says what runs on it today). All ranks of a
+// collective must use the same kind (a rank's GPU may differ); MismatchError otherwise.
+struct Memory {
+  enum class Kind : uint8_t { host, cuda };
+  Kind kind = Kind::host;
+  int device = 0;  // cuda only
+  static Memory host_memory() { return {}; }
+  static Memory cuda(int device) { return {Kind::cuda, device}; }
+};
+
 // Whether `op` is defined on `t`: bitwise ops need integers or bool; everything else works on all.
 bool supports(DataType t, ReduceOp op);
 

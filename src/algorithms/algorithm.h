@@ -40,6 +40,7 @@ struct CollArgs {
   int root = 0;
   // alltoall(v): elements and displacements per peer (filled for alltoall too).
   std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+  Memory memory;  // where send and recv are (Context::dev is the device for it)
   bool uniform = true;  // alltoall with equal blocks: every rank knows every size
   std::chrono::milliseconds timeout{0};  // > 0: replaces the communicator's timeout
 };

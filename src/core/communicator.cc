@@ -65,7 +65,7 @@ void check_reduction(const detail::CommunicatorImpl& c, DataType t, Reduction op
 }
 }  // namespace
 
-Work Communicator::allreduce(const void* send, void* recv, size_t count, DataType type, Reduction op) {
+Work Communicator::allreduce(const void* send, void* recv, size_t count, DataType type, Reduction op, Memory memory) {
   check_reduction(*impl_, type, op, "allreduce");
   impl_->check_count(count, 1, type, "allreduce");
   impl_->check_buffer(send, count, "send", "allreduce");
@@ -73,10 +73,11 @@ Work Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
   CollArgs a;
   a.kind = CollKind::allreduce;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.op = op;
+  a.memory = memory;
   return impl_->collective(std::move(a));
 }
 
-Work Communicator::allgather(const void* send, void* recv, size_t count, DataType type) {
+Work Communicator::allgather(const void* send, void* recv, size_t count, DataType type, Memory memory) {
   impl_->check_dtype(type, "allgather");
   impl_->check_count(count, static_cast<size_t>(size()), type, "allgather");
   impl_->check_buffer(send, count, "send", "allgather");
@@ -84,10 +85,11 @@ Work Communicator::allgather(const void* send, void* recv, size_t count, DataTyp
   CollArgs a;
   a.kind = CollKind::allgather;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type;
+  a.memory = memory;
   return impl_->collective(std::move(a));
 }
 
-Work Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, Reduction op) {
+Work Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, Reduction op, Memory memory) {
   check_reduction(*impl_, type, op, "reduce_scatter");
   impl_->check_count(recv_count, static_cast<size_t>(size()), type, "reduce_scatter");
   impl_->check_buffer(send, recv_count, "send", "reduce_scatter");
@@ -95,10 +97,11 @@ Work Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   CollArgs a;
   a.kind = CollKind::reduce_scatter;
   a.send = send; a.recv = recv; a.count = recv_count; a.dtype = type; a.op = op;
+  a.memory = memory;
   return impl_->collective(std::move(a));
 }
 
-Work Communicator::broadcast(void* buffer, size_t count, DataType type, int root) {
+Work Communicator::broadcast(void* buffer, size_t count, DataType type, int root, Memory memory) {
   impl_->check_dtype(type, "broadcast");
   impl_->check_rank(root, "root", "broadcast");
   impl_->check_count(count, 1, type, "broadcast");
@@ -106,10 +109,11 @@ Work Communicator::broadcast(void* buffer, size_t count, DataType type, int root
   CollArgs a;
   a.kind = CollKind::broadcast;
   a.send = buffer; a.recv = buffer; a.count = count; a.dtype = type; a.root = root;
+  a.memory = memory;
   return impl_->collective(std::move(a));
 }
 
-Work Communicator::reduce(const void* send, void* recv, size_t count, DataType type, Reduction op, int root) {
+Work Communicator::reduce(const void* send, void* recv, size_t count, DataType type, Reduction op, int root, Memory memory) {
   check_reduction(*impl_, type, op, "reduce");
   impl_->check_rank(root, "root", "reduce");
   impl_->check_count(count, 1, type, "reduce");
@@ -118,10 +122,11 @@ Work Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   CollArgs a;
   a.kind = CollKind::reduce;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.op = op; a.root = root;
+  a.memory = memory;
   return impl_->collective(std::move(a));
 }
 
-Work Communicator::gather(const void* send, void* recv, size_t count, DataType type, int root) {
+Work Communicator::gather(const void* send, void* recv, size_t count, DataType type, int root, Memory memory) {
   impl_->check_dtype(type, "gather");
   impl_->check_rank(root, "root", "gather");
   impl_->check_count(count, static_cast<size_t>(size()), type, "gather");
@@ -130,10 +135,11 @@ Work Communicator::gather(const void* send, void* recv, size_t count, DataType t
   CollArgs a;
   a.kind = CollKind::gather;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.root = root;
+  a.memory = memory;
   return impl_->collective(std::move(a));
 }
 
-Work Communicator::scatter(const void* send, void* recv, size_t count, DataType type, int root) {
+Work Communicator::scatter(const void* send, void* recv, size_t count, DataType type, int root, Memory memory) {
   impl_->check_dtype(type, "scatter");
   impl_->check_rank(root, "root", "scatter");
   impl_->check_count(count, static_cast<size_t>(size()), type, "scatter");
@@ -142,10 +148,11 @@ Work Communicator::scatter(const void* send, void* recv, size_t count, DataType 
   CollArgs a;
   a.kind = CollKind::scatter;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.root = root;
+  a.memory = memory;
   return impl_->collective(std::move(a));
 }
 
-Work Communicator::alltoall(const void* send, void* recv, size_t count, DataType type) {
+Work Communicator::alltoall(const void* send, void* recv, size_t count, DataType type, Memory memory) {
   impl_->check_dtype(type, "alltoall");
   impl_->check_count(count, static_cast<size_t>(size()), type, "alltoall");
   impl_->check_buffer(send, count, "send", "alltoall");
@@ -160,13 +167,14 @@ Work Communicator::alltoall(const void* send, void* recv, size_t count, DataType
     a.send_displs.push_back(j * count);
     a.recv_displs.push_back(j * count);
   }
+  a.memory = memory;
   return impl_->collective(std::move(a));
 }
 
 Work Communicator::alltoallv(const void* send, const std::vector<size_t>& send_counts,
                              const std::vector<size_t>& send_displs, void* recv,
                              const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
-                             DataType type) {
+                             DataType type, Memory memory) {
   impl_->check_dtype(type, "alltoallv");
   const auto w = static_cast<size_t>(size());
   if (send_counts.size() != w || send_displs.size() != w || recv_counts.size() != w || recv_displs.size() != w)
@@ -183,6 +191,7 @@ Work Communicator::alltoallv(const void* send, const std::vector<size_t>& send_c
   a.send = send; a.recv = recv; a.dtype = type; a.uniform = false;
   a.send_counts = send_counts; a.send_displs = send_displs;
   a.recv_counts = recv_counts; a.recv_displs = recv_displs;
+  a.memory = memory;
   return impl_->collective(std::move(a));
 }
 

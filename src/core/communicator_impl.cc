@@ -10,6 +10,7 @@
 #include "core/fingerprint.h"
 #include "core/logging.h"
 #include "core/p2p.h"
+#include "device/cuda.h"
 #include "device/device.h"
 #include "topology/topology.h"
 #ifdef SMDDP_HAVE_LIBFABRIC
@@ -235,8 +236,8 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     const size_t blocks = args.kind == CollKind::reduce_scatter ? static_cast<size_t>(size_) : 1;
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
     const std::function<void()> watch = [&] { watch_remote(op); };
-    algorithms::Context ctx{*shm_, device::host(), op, multi_node_ ? &topo_ : nullptr, net_.get(),
-                            multi_node_ ? &watch : nullptr, scratch_.get(), windows_.get()};
+    algorithms::Context ctx{*shm_, device_for(args.memory), op, multi_node_ ? &topo_ : nullptr, net_.get(),
+                            multi_node_ ? &watch : nullptr, scratch_.get(), windows_for(args.memory)};
     if (consistency_) {
       // Compared in the algorithm's first shared-memory round, before it combines or copies
       // anything into an output. Across nodes the algorithms may start on the network, and an
@@ -272,7 +273,46 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   }
 }
 
+namespace {
+// Empty when this process can use CUDA, else why not (asked once: it initialises CUDA).
+const std::string& cuda_problem() {
+  static const std::string why = [] {
+    std::string w;
+    return device::cuda_usable(&w) ? std::string() : w;
+  }();
+  return why;
+}
+}  // namespace
+
+void CommunicatorImpl::check_memory(const CollArgs& args) const {
+  if (args.memory.kind == Memory::Kind::host) return;
+  const std::string what = prefix() + algorithms::to_string(args.kind) + " on CUDA device " +
+                           std::to_string(args.memory.device) + " memory: ";
+  if (multi_node_)
+    throw InvalidArgument(what + "CUDA memory between nodes is not supported yet (this communicator spans " +
+                          std::to_string(topo_.num_nodes()) + " nodes; docs/gpu.md)");
+  if (!cuda_problem().empty()) throw InvalidArgument(what + cuda_problem());
+  const int n = device::cuda_device_count();
+  if (args.memory.device < 0 || args.memory.device >= n)
+    throw InvalidArgument(what + "no such device (this process sees " + std::to_string(n) + ")");
+}
+
+device::Device& CommunicatorImpl::device_for(const Memory& m) {
+  if (m.kind == Memory::Kind::host) return device::host();
+  CudaSide& side = cuda_[m.device];
+  if (!side.dev) side.dev = device::cuda_device(m.device);
+  return *side.dev;
+}
+
+device::PeerWindows* CommunicatorImpl::windows_for(const Memory& m) {
+  if (m.kind == Memory::Kind::host) return windows_.get();
+  CudaSide& side = cuda_[m.device];
+  if (!side.windows) side.windows = device::cuda_ipc_windows(device_for(m));
+  return side.windows.get();
+}
+
 Work CommunicatorImpl::collective(CollArgs args) {
+  check_memory(args);
   auto state = std::make_shared<OpState>();
   std::lock_guard<std::mutex> g(submit_mu_);
   OpInfo op = make_op(algorithms::to_string(args.kind));

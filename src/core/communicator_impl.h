@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,12 @@ class CommunicatorImpl {
   // Index of a global rank within this node's shm group, or -1 when it is on another node.
   int local_index(int global_rank) const;
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);
+  // At call time: CUDA memory is usable here (built with CUDA, a driver, the device exists, one
+  // node); throws InvalidArgument naming the op and the reason otherwise.
+  void check_memory(const algorithms::CollArgs& args) const;
+  // The device and peer windows for a collective's memory (CUDA: made on first use per GPU).
+  device::Device& device_for(const Memory& m);
+  device::PeerWindows* windows_for(const Memory& m);
   // One shared-memory round with no data: compares the announced fingerprints.
   void agreement_round(const OpInfo& op);
   // The same across nodes: swaps fingerprints with the other nodes, then a shared-memory round
@@ -76,6 +83,11 @@ class CommunicatorImpl {
   std::unique_ptr<ofi::Endpoint> net_;      // every rank, when they span nodes
   std::unique_ptr<algorithms::ScratchPool> scratch_;  // after net_: unregisters before it closes
   std::unique_ptr<device::PeerWindows> windows_;      // the node's peers' host memory (single-copy algorithms)
+  struct CudaSide {  // per GPU: its stream (device) and IPC windows; the windows close first
+    std::unique_ptr<device::Device> dev;
+    std::unique_ptr<device::PeerWindows> windows;
+  };
+  std::map<int, CudaSide> cuda_;  // used by run_collective only (one collective at a time)
   std::mutex submit_mu_;  // issue order = sequence order
   uint64_t seq_ = 0;
   uint64_t coll_seq_ = 0;

@@ -10,6 +10,7 @@ namespace {
 // kWhat packs kind+1 (bits 0-7), dtype (8-15), op+1 (16-23) and flags (24-31).
 enum Word { kSeq, kWhat, kCount, kRoot, kFactor };
 constexpr uint64_t kPerPeerCounts = 1;  // flag: alltoall with per-peer counts
+constexpr uint64_t kCudaMemory = 2;     // flag: the buffers are CUDA memory
 
 uint64_t kind_of(const Fingerprint& fp) { return fp[kWhat] & 0xff; }
 uint64_t dtype_of(const Fingerprint& fp) { return (fp[kWhat] >> 8) & 0xff; }
@@ -38,6 +39,7 @@ Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a) {
       if (a.op.op == ReduceOp::premul_sum) std::memcpy(&fp[kFactor], &a.op.factor, sizeof(double));
     }
     if (has_root(a.kind)) fp[kRoot] = static_cast<uint64_t>(a.root);
+    if (a.memory.kind == Memory::Kind::cuda) what |= kCudaMemory << 24;
   }
   fp[kWhat] = what;
   return fp;
@@ -72,6 +74,7 @@ std::string describe(const Fingerprint& fp) {
       s += ", root ";
       s += std::to_string(fp[kRoot]);
     }
+    if (flags_of(fp) & kCudaMemory) s += ", CUDA memory";
   }
   s += ") as collective #";
   s += std::to_string(fp[kSeq]);

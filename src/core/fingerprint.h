@@ -15,7 +15,7 @@ namespace smddp::detail {
 using Fingerprint = shm::Group::Fingerprint;
 
 // Equal on every rank exactly when the ranks agree on the collective's kind, sequence number,
-// dtype, count, reduction (op and premul factor) and root. Fields a kind does not use are zero.
+// dtype, count, reduction (op and premul factor), root and kind of memory (host or CUDA). Fields a kind does not use are zero.
 // Per-peer counts (alltoallv) are checked by the algorithm itself, pair by pair.
 Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a);
 

@@ -1,0 +1,44 @@
+// What the rest of smddp sees of CUDA: factories behind plain C++ types, so no file outside
+// src/device and src/reduce includes a CUDA header (docs/gpu.md). Built with CUDA
+// (SMDDP_WITH_CUDA) these run on the GPU (cuda/); built without, cuda_usable() says so and the
+// others throw (cuda/cuda_unavailable.cc), so callers need no #ifdef.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "device/device.h"
+#include "device/peer_window.h"
+
+namespace smddp::device {
+
+// True when this process can use a CUDA device; otherwise false with the reason in *why (built
+// without CUDA, no driver, no device). Initialises CUDA in this process: a process that forks
+// ranks afterwards must ask in a child (tests/gpu does).
+bool cuda_usable(std::string* why);
+int cuda_device_count();
+
+// A Device on CUDA device `ordinal` with a stream of its own (non-blocking). Copies go by
+// cudaMemcpyAsync on that stream (copy engines, any direction), reductions by the kernels of
+// src/reduce/reduce_cuda.cu on it, launched with at most SMDDP_CUDA_SMS blocks so a collective
+// occupies at most that many SMs; fence() waits for the stream. Operands a kernel cannot reach
+// (pageable host memory never registered) are reduced on the CPU after the stream drains:
+// correct, and slow, so the communicator registers what it owns (cuda_register_host).
+std::unique_ptr<Device> cuda_device(int ordinal);
+
+// Peer windows over CUDA IPC for device memory of the node's other processes, read by the
+// copy engines on `dev`'s stream (dev: made by cuda_device). docs/gpu.md has the protocol.
+std::unique_ptr<PeerWindows> cuda_ipc_windows(Device& dev);
+
+// Device memory for buffers the communicator owns and for tests (cudaMalloc on the current
+// device; freed by cuda_free).
+void* cuda_malloc(size_t bytes);
+void cuda_free(void* p);
+
+// Page-locks host memory (shared-memory segments, scratch) so kernels read it in place and
+// copies skip the driver's staging; false when CUDA refused (then the slow path still works).
+bool cuda_register_host(void* p, size_t bytes);
+void cuda_unregister_host(void* p);
+
+}  // namespace smddp::device

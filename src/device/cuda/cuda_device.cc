@@ -1,0 +1,155 @@
+// The CUDA Device: copies and reductions queued on one stream per communicator. See cuda.h.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/logging.h"
+#include "device/cuda.h"
+#include "device/cuda/cuda_support.h"
+#include "reduce/reduce_cuda.h"
+#include "smddp/types.h"
+
+namespace smddp::device {
+
+namespace {
+
+// The address a kernel on the current device uses for `p`, or nullptr when it cannot read it
+// (pageable host memory that was never registered).
+const void* device_view(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // an unknown host pointer is an error on old drivers, not a fault
+    return nullptr;
+  }
+  if (attr.type == cudaMemoryTypeUnregistered) return nullptr;
+  return attr.devicePointer;
+}
+
+class CudaDevice final : public cuda::StreamDevice {
+ public:
+  explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
+    cuda::check(cudaSetDevice(ordinal), "cudaSetDevice");
+    cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    int sms = 0;
+    cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
+    max_blocks_ = static_cast<int>(std::clamp<int64_t>(config::get_int("SMDDP_CUDA_SMS"), 1, sms));
+    SMDDP_LOG(INFO, -1) << "cuda device " << ordinal << ": reduction kernels launch with at most " << max_blocks_
+                        << " of its " << sms << " SMs (SMDDP_CUDA_SMS)";
+  }
+  ~CudaDevice() override {
+    cudaStreamSynchronize(stream_);  // nothing may still read or write buffers about to be freed
+    cudaStreamDestroy(stream_);
+  }
+  const char* name() const override { return "cuda"; }
+  cudaStream_t stream() const override { return stream_; }
+  int ordinal() const override { return ordinal_; }
+
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (dst == src || bytes == 0) return;
+    // cudaMemcpyDefault: the direction comes from the pointers (unified addressing). A pageable
+    // source is staged by the driver before this returns, so the caller may reuse it at once.
+    cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+  }
+
+  void reduce(const reduce::ReduceArgs& a) override {
+    if (a.count == 0) return;
+    if (a.nsrc < 1 || a.nsrc > reduce::cuda::kMaxSources)
+      throw InvalidArgument("smddp: cuda: a reduction of " + std::to_string(a.nsrc) + " sources (at most " +
+                            std::to_string(reduce::cuda::kMaxSources) + ")");
+    const void* srcs[reduce::cuda::kMaxSources];
+    void* dst = const_cast<void*>(device_view(a.dst));
+    bool reachable = dst != nullptr;
+    for (int i = 0; i < a.nsrc && reachable; ++i) reachable = (srcs[i] = device_view(a.srcs[i])) != nullptr;
+    if (!reachable) return reduce_on_host(a);
+    reduce::ReduceArgs d = a;
+    d.dst = dst;
+    d.srcs = srcs;
+    cuda::check(reduce::cuda::reduce(d, stream_, max_blocks_), "launching the reduction kernel");
+  }
+
+  void fence() override { cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  // Some operand is pageable host memory: drain the stream, bring device operands to the host,
+  // reduce with the CPU kernels (same maths, same order), and send the result back.
+  void reduce_on_host(const reduce::ReduceArgs& a) {
+    fence();
+    const size_t bytes = a.count * dtype_size(a.dtype);
+    std::vector<std::vector<std::byte>> staged;
+    staged.reserve(static_cast<size_t>(a.nsrc) + 1);
+    auto on_host = [&](const void* p) -> const void* {
+      if (!device_view(p)) return p;  // host memory already
+      staged.emplace_back(bytes);
+      cuda::check(cudaMemcpy(staged.back().data(), p, bytes, cudaMemcpyDefault), "cudaMemcpy (device to host)");
+      return staged.back().data();
+    };
+    std::vector<const void*> srcs;
+    for (int i = 0; i < a.nsrc; ++i) srcs.push_back(on_host(a.srcs[i]));
+    const bool dst_on_device = device_view(a.dst) != nullptr;
+    std::vector<std::byte> out(dst_on_device ? bytes : 0);
+    reduce::ReduceArgs h = a;
+    h.dst = dst_on_device ? out.data() : a.dst;
+    h.srcs = srcs.data();
+    reduce::reduce(h);
+    if (dst_on_device)
+      cuda::check(cudaMemcpy(a.dst, out.data(), bytes, cudaMemcpyDefault), "cudaMemcpy (host to device)");
+  }
+
+  int ordinal_;
+  cudaStream_t stream_ = nullptr;
+  int max_blocks_ = 8;
+};
+
+}  // namespace
+
+bool cuda_usable(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why) *why = std::string("CUDA runtime reports ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+    return false;
+  }
+  if (n == 0) {
+    if (why) *why = "no CUDA device is visible";
+    return false;
+  }
+  return true;
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Device> cuda_device(int ordinal) { return std::make_unique<CudaDevice>(ordinal); }
+
+void* cuda_malloc(size_t bytes) {
+  void* p = nullptr;
+  cuda::check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc");
+  return p;
+}
+
+void cuda_free(void* p) {
+  if (p) cuda::check(cudaFree(p), "cudaFree");
+}
+
+bool cuda_register_host(void* p, size_t bytes) {
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped) == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
+void cuda_unregister_host(void* p) {
+  if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
+}  // namespace smddp::device

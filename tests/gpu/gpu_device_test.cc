@@ -1,0 +1,274 @@
+// The GPU suite's C++ half: the CUDA device layer (src/device/cuda) under every node algorithm
+// and every reduction, on device memory, checked against plain loops on the host. Without a
+// usable GPU (no device, no driver, or a build without CUDA) every test here is skipped with the
+// reason, never passed. The probe runs in a child process: CUDA must not be initialised in this
+// one, because the ranks are forked from it.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "collective/algorithm_cases.h"
+#include "collective/reference.h"
+#include "device/cuda.h"
+#include "smddp/communicator.h"
+
+namespace smddp::testing {
+namespace {
+
+struct Probe {
+  bool usable = false;
+  int devices = 0;
+  std::string why;
+};
+
+const Probe& probe() {
+  static const Probe p = [] {
+    Probe r;
+    int fds[2];
+    if (::pipe(fds) != 0) return Probe{false, 0, "pipe failed"};
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      std::string why;
+      const bool ok = device::cuda_usable(&why);
+      const std::string msg = std::string(ok ? "1 " : "0 ") + std::to_string(ok ? device::cuda_device_count() : 0) +
+                              " " + why;
+      (void)!::write(fds[1], msg.data(), msg.size());
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string msg;
+    char buf[512];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(n));
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (msg.size() < 3) return Probe{false, 0, "the CUDA probe process died (status " + std::to_string(status) + ")"};
+    r.usable = msg[0] == '1';
+    const size_t sp = msg.find(' ', 2);
+    r.devices = std::stoi(msg.substr(2, sp - 2));
+    r.why = sp == std::string::npos ? "" : msg.substr(sp + 1);
+    return r;
+  }();
+  return p;
+}
+
+#define SKIP_WITHOUT_GPU()                                                 \
+  do {                                                                     \
+    if (!probe().usable) GTEST_SKIP() << "no usable GPU: " << probe().why; \
+  } while (0)
+
+// Device memory for a rank's cases: one cudaMalloc (so one IPC handle, opened once per peer and
+// then found in the windows' cache), handed out by bumping.
+class CudaArena {
+ public:
+  explicit CudaArena(size_t bytes) : bytes_(bytes), base_(static_cast<std::byte*>(device::cuda_malloc(bytes))) {}
+  ~CudaArena() { device::cuda_free(base_); }
+  template <class T>
+  T* alloc(size_t n) {
+    const size_t at = (used_ + 255) / 256 * 256;
+    if (at + n * sizeof(T) > bytes_) throw std::runtime_error("CUDA test arena full");
+    used_ = at + n * sizeof(T);
+    return reinterpret_cast<T*>(base_ + at);
+  }
+  void reset() { used_ = 0; }
+
+ private:
+  size_t bytes_, used_ = 0;
+  std::byte* base_;
+};
+
+// Every dtype x op the library accepts, 1 to 8 sources, reduced by the kernels on device memory
+// (and, with pageable host operands, by the host path) against reference.h's loop.
+TEST(GpuReduce, EveryDtypeOpAndSourceCountMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  auto res = run_ranks(1, [](int, int, std::shared_ptr<Store>, Report& rep) {
+    auto dev = device::cuda_device(0);
+    const DataType types[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i8,
+                              DataType::u8,  DataType::i32, DataType::i64, DataType::boolean};
+    const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg,
+                            ReduceOp::band, ReduceOp::bor, ReduceOp::bxor, ReduceOp::premul_sum};
+    for (DataType t : types)
+      for (ReduceOp o : ops) {
+        if (!supports(t, o)) continue;
+        const Reduction red = o == ReduceOp::premul_sum ? Reduction::premul_sum(0.5) : Reduction(o);
+        for (int nsrc : {1, 2, 3, 8})
+          for (size_t count : {size_t{1}, size_t{1000}, size_t{65537}})
+            for (bool host_operand : {false, true}) {
+              const size_t bytes = count * dtype_size(t);
+              std::vector<std::vector<std::byte>> host(static_cast<size_t>(nsrc), std::vector<std::byte>(bytes));
+              std::vector<void*> bufs;
+              std::vector<const void*> srcs;
+              for (int s = 0; s < nsrc; ++s) {
+                for (size_t i = 0; i < count; ++i) store_value(host[static_cast<size_t>(s)].data(), i, t, input_value(s, i, t, o, 7));
+                // host_operand: the last source stays in pageable host memory (a shm slot's case)
+                if (host_operand && s == nsrc - 1) {
+                  srcs.push_back(host[static_cast<size_t>(s)].data());
+                  continue;
+                }
+                bufs.push_back(device::cuda_malloc(bytes));
+                dev->copy(bufs.back(), host[static_cast<size_t>(s)].data(), bytes);
+                srcs.push_back(bufs.back());
+              }
+              void* dst = device::cuda_malloc(bytes);
+              reduce::ReduceArgs a{dst, srcs.data(), nsrc, count, t, red, nsrc};
+              dev->reduce(a);
+              std::vector<std::byte> got(bytes);
+              dev->copy(got.data(), dst, bytes);
+              dev->fence();
+              for (void* b : bufs) device::cuda_free(b);
+              device::cuda_free(dst);
+              for (size_t i = 0; i < count; ++i) {
+                const double want = reference_value(nsrc, i, t, red, 7), v = load_value(got.data(), i, t);
+                if (std::fabs(v - want) > tolerance(t, want)) {
+                  rep.fail(std::string(to_string(t)) + " " + to_string(o) + " of " + std::to_string(nsrc) +
+                           " sources, count " + std::to_string(count) + (host_operand ? " (one on the host)" : "") +
+                           ": element " + std::to_string(i) + " is " + std::to_string(v) + ", expected " +
+                           std::to_string(want));
+                  return;
+                }
+              }
+            }
+      }
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// Every node algorithm of the registry with device buffers, the CUDA device and CUDA IPC
+// windows: the configuration a GPU node runs. Ranks share the GPUs there are (rank % count), so
+// one GPU runs 4 ranks.
+class GpuAlgorithms : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuAlgorithms, EveryNodeAlgorithmOnDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  const int gpus = probe().devices;
+  auto res = run_ranks(GetParam(), [gpus](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    auto dev = device::cuda_device(rank % gpus);
+    CudaArena arena(16 << 20);
+    auto windows = device::cuda_ipc_windows(*dev);
+    shm::GroupConfig cfg;
+    cfg.slot_bytes = 4096;  // the larger counts take several chunks
+    shm::Group g(*store, rank, w, cfg, std::chrono::seconds(120));
+    const int ran = run_every_node_algorithm(g, *dev, arena, windows.get(), rep);
+    if (ran < 13) rep.fail("only " + std::to_string(ran) + " node algorithms registered");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(World, GpuAlgorithms, ::testing::Values(1, 2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& i) { return "w" + std::to_string(i.param); });
+
+// Host memory cannot be exposed through CUDA IPC (the algorithm must stage); device memory can,
+// and a peer's buffer opened twice maps once (the handle cache).
+TEST(GpuWindows, ExposeRefusesHostMemoryAndCachesPeerHandles) {
+  SKIP_WITHOUT_GPU();
+  auto res = run_ranks(2, [](int rank, int, std::shared_ptr<Store> store, Report& rep) {
+    auto dev = device::cuda_device(0);
+    auto windows = device::cuda_ipc_windows(*dev);
+    std::vector<float> host(64);
+    std::byte desc[device::PeerWindows::kDescriptorBytes];
+    if (windows->expose(host.data(), 256, desc)) rep.fail("pageable host memory was exposed through CUDA IPC");
+    CudaArena arena(1 << 20);
+    float* buf = arena.alloc<float>(256);
+    std::vector<float> mine(256, static_cast<float>(rank + 1));
+    dev->copy(buf, mine.data(), 1024);
+    dev->fence();
+    if (!windows->expose(buf + 16, 960, desc)) return rep.fail("cudaMalloc memory could not be exposed");
+    store->set("desc" + std::to_string(rank), std::vector<uint8_t>(reinterpret_cast<uint8_t*>(desc),
+                                                                    reinterpret_cast<uint8_t*>(desc) + sizeof desc));
+    const auto theirs = store->get("desc" + std::to_string(1 - rank), std::chrono::seconds(60));
+    const auto a = windows->open(1 - rank, reinterpret_cast<const std::byte*>(theirs.data()));
+    const auto b = windows->open(1 - rank, reinterpret_cast<const std::byte*>(theirs.data()));
+    if (a.mapped != b.mapped || !a.mapped) rep.fail("a peer's buffer opened twice mapped twice (no cache)");
+    OpInfo op;
+    op.name = "test";
+    std::vector<float> got(4, 0);
+    float* stage = arena.alloc<float>(4);
+    windows->read(a, 0, stage, 16, op);
+    dev->copy(got.data(), stage, 16);
+    dev->fence();
+    if (got[0] != static_cast<float>(2 - rank)) rep.fail("read " + std::to_string(got[0]) + " from the peer");
+    try {
+      windows->read(a, 960, stage, 4, op);
+      rep.fail("a read past the exposed bytes was allowed");
+    } catch (const InvalidArgument&) {
+    }
+    store->set("done" + std::to_string(rank), {1});
+    (void)store->get("done" + std::to_string(1 - rank), std::chrono::seconds(60));  // the peer finished reading this buffer
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// The public API on CUDA memory: allreduce, allgather and reduce_scatter through a Communicator
+// with Memory::cuda, w=2 sharing GPU 0 (or one each), against plain sums.
+TEST(GpuCommunicator, CollectivesOnCudaMemory) {
+  SKIP_WITHOUT_GPU();
+  const int gpus = probe().devices;
+  auto res = run_ranks(2, [gpus](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    const int gpu = rank % gpus;
+    Communicator comm(store, rank, w);
+    const size_t n = (1 << 18) + 5;  // past the one-shot size: the chunked algorithms
+    std::vector<float> host(n * 2);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(rank + 1) * static_cast<float>(i % 97);
+    auto* in = static_cast<float*>(device::cuda_malloc(host.size() * sizeof(float)));
+    auto* out = static_cast<float*>(device::cuda_malloc(host.size() * sizeof(float)));
+    auto dev = device::cuda_device(gpu);
+    dev->copy(in, host.data(), host.size() * sizeof(float));
+    dev->fence();
+    std::vector<float> got(n * 2);
+    auto expect = [&](const char* what, size_t count, auto want) {
+      dev->copy(got.data(), out, count * sizeof(float));
+      dev->fence();
+      for (size_t i = 0; i < count; ++i)
+        if (got[i] != want(i)) {
+          rep.fail(std::string(what) + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+                   ", expected " + std::to_string(want(i)));
+          return;
+        }
+    };
+    comm.allreduce(in, out, n, DataType::f32, ReduceOp::sum, Memory::cuda(gpu)).wait();
+    expect("allreduce", n, [](size_t i) { return 3.0f * static_cast<float>(i % 97); });
+    comm.allgather(in, out, n, DataType::f32, Memory::cuda(gpu)).wait();
+    expect("allgather", 2 * n, [n](size_t i) { return static_cast<float>(i / n + 1) * static_cast<float>((i % n) % 97); });
+    comm.reduce_scatter(in, out, n, DataType::f32, ReduceOp::sum, Memory::cuda(gpu)).wait();
+    expect("reduce_scatter", n,
+           [&](size_t i) { return 3.0f * static_cast<float>((static_cast<size_t>(rank) * n + i) % 97); });
+    device::cuda_free(in);
+    device::cuda_free(out);
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// Without a usable GPU, a collective on CUDA memory is refused at the call with the op and the
+// reason, and the communicator goes on working on host memory. (With a GPU, an unknown device
+// ordinal is refused the same way.)
+TEST(GpuCommunicator, UnusableCudaMemoryIsAClearErrorAtTheCall) {
+  const bool usable = probe().usable;
+  const int gpus = probe().devices;
+  auto res = run_ranks(2, [usable, gpus](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator comm(store, rank, w);
+    std::vector<float> a(8, 1.0f), b(8);
+    const int bad_device = usable ? gpus : 0;
+    try {
+      comm.allreduce(a.data(), b.data(), 8, DataType::f32, ReduceOp::sum, Memory::cuda(bad_device));
+      rep.fail("a collective on unusable CUDA memory was accepted");
+    } catch (const InvalidArgument& e) {
+      const std::string m = e.what();
+      const std::string want = usable ? "no such device" : probe().why;
+      if (m.find("allreduce on CUDA device " + std::to_string(bad_device)) == std::string::npos ||
+          m.find("rank " + std::to_string(rank)) == std::string::npos || m.find(want) == std::string::npos)
+        rep.fail("unclear error: " + m);
+    }
+    comm.allreduce(a.data(), b.data(), 8, DataType::f32, ReduceOp::sum).wait();
+    if (b[0] != 2.0f) rep.fail("host allreduce after the refusal gave " + std::to_string(b[0]));
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+}  // namespace
+}  // namespace smddp::testing
