@@ -40,8 +40,12 @@ struct Memory {
   enum class Kind : uint8_t { host, cuda };
   Kind kind = Kind::host;
   int device = 0;  // cuda only
+  // cuda only: the caller's stream (a cudaStream_t). The collective reads its inputs after the
+  // work queued on that stream so far (an event it waits on, as NCCL orders a call after the
+  // caller's stream); the host is not blocked. Null: the inputs are ready when the call is made.
+  void* stream = nullptr;
   static Memory host_memory() { return {}; }
-  static Memory cuda(int device) { return {Kind::cuda, device}; }
+  static Memory cuda(int device, void* stream = nullptr) { return {Kind::cuda, device, stream}; }
 };
 
 // Whether `op` is defined on `t`: bitwise ops need integers or bool; everything else works on all.

@@ -41,6 +41,9 @@ struct CollArgs {
   // alltoall(v): elements and displacements per peer (filled for alltoall too).
   std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
   Memory memory;  // where send and recv are (Context::dev is the device for it)
+  // CUDA: an event recorded on the caller's stream at the call; the device waits on it before
+  // the collective touches the buffers (run_collective; device/cuda.h).
+  std::shared_ptr<void> ready;
   bool uniform = true;  // alltoall with equal blocks: every rank knows every size
   std::chrono::milliseconds timeout{0};  // > 0: replaces the communicator's timeout
 };

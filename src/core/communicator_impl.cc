@@ -238,6 +238,9 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     const std::function<void()> watch = [&] { watch_remote(op); };
     algorithms::Context ctx{*shm_, device_for(args.memory), op, multi_node_ ? &topo_ : nullptr, net_.get(),
                             multi_node_ ? &watch : nullptr, scratch_.get(), windows_for(args.memory)};
+    // Before any round: the fence of the first arrive() then also waits for the caller's work,
+    // so no peer reads this rank's buffers before they are written.
+    if (args.ready) device::cuda_wait(ctx.dev, args.ready.get());
     if (consistency_) {
       // Compared in the algorithm's first shared-memory round, before it combines or copies
       // anything into an output. Across nodes the algorithms may start on the network, and an
@@ -313,6 +316,8 @@ device::PeerWindows* CommunicatorImpl::windows_for(const Memory& m) {
 
 Work CommunicatorImpl::collective(CollArgs args) {
   check_memory(args);
+  if (args.memory.kind == Memory::Kind::cuda && args.memory.stream)
+    args.ready = device::cuda_event_after(args.memory.stream, args.memory.device);
   auto state = std::make_shared<OpState>();
   std::lock_guard<std::mutex> g(submit_mu_);
   OpInfo op = make_op(algorithms::to_string(args.kind));

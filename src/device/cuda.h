@@ -31,6 +31,15 @@ std::unique_ptr<Device> cuda_device(int ordinal);
 // copy engines on `dev`'s stream (dev: made by cuda_device). docs/gpu.md has the protocol.
 std::unique_ptr<PeerWindows> cuda_ipc_windows(Device& dev);
 
+// Stream order with the caller (Memory::stream): cuda_event_after records an event on `stream`
+// (a cudaStream_t of GPU `device`) on the calling thread, so it marks the work queued there so
+// far; cuda_wait makes `dev`'s stream wait for it without blocking the host. The event is
+// destroyed with the last owner.
+std::shared_ptr<void> cuda_event_after(void* stream, int device);
+void cuda_wait(Device& dev, const void* event);
+// The cudaStream_t of a Device made by cuda_device (tests and benchmarks play the caller with it).
+void* cuda_stream(Device& dev);
+
 // Device memory for buffers the communicator owns and for tests (cudaMalloc on the current
 // device; freed by cuda_free).
 void* cuda_malloc(size_t bytes);

@@ -238,6 +238,17 @@ TEST(GpuCommunicator, CollectivesOnCudaMemory) {
     comm.reduce_scatter(in, out, n, DataType::f32, ReduceOp::sum, Memory::cuda(gpu)).wait();
     expect("reduce_scatter", n,
            [&](size_t i) { return 3.0f * static_cast<float>((static_cast<size_t>(rank) * n + i) % 97); });
+    // Stream order: the input is still being copied on the caller's stream when the call is
+    // made, with no host sync; the collective must wait for it (Memory::stream), and so must
+    // the peer reading this rank's buffer through IPC.
+    std::vector<float> fresh(n);
+    for (size_t i = 0; i < n; ++i) fresh[i] = static_cast<float>(rank + 1) * static_cast<float>(i % 89);
+    auto caller = device::cuda_device(gpu);
+    dev->copy(out, host.data(), n * sizeof(float));  // stale values where the result goes
+    dev->fence();
+    caller->copy(in, fresh.data(), n * sizeof(float));
+    comm.allreduce(in, out, n, DataType::f32, ReduceOp::sum, Memory::cuda(gpu, device::cuda_stream(*caller))).wait();
+    expect("allreduce after the caller's stream", n, [](size_t i) { return 3.0f * static_cast<float>(i % 89); });
     device::cuda_free(in);
     device::cuda_free(out);
   });

@@ -132,6 +132,32 @@ int cuda_device_count() {
 
 std::unique_ptr<Device> cuda_device(int ordinal) { return std::make_unique<CudaDevice>(ordinal); }
 
+std::shared_ptr<void> cuda_event_after(void* stream, int device) {
+  int was = 0;
+  cuda::check(cudaGetDevice(&was), "cudaGetDevice");
+  cuda::check(cudaSetDevice(device), "cudaSetDevice");
+  cudaEvent_t ev = nullptr;
+  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(ev, static_cast<cudaStream_t>(stream));
+  if (e != cudaSuccess && ev) cudaEventDestroy(ev);
+  cudaSetDevice(was);
+  cuda::check(e, "recording an event on the caller's stream");
+  return std::shared_ptr<void>(ev, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+}
+
+void cuda_wait(Device& dev, const void* event) {
+  auto* s = dynamic_cast<cuda::StreamDevice*>(&dev);
+  if (!s) throw InvalidArgument(std::string("smddp: cuda_wait needs a cuda device, not ") + dev.name());
+  cuda::check(cudaStreamWaitEvent(s->stream(), static_cast<cudaEvent_t>(const_cast<void*>(event)), 0),
+              "cudaStreamWaitEvent (the caller's stream)");
+}
+
+void* cuda_stream(Device& dev) {
+  auto* s = dynamic_cast<cuda::StreamDevice*>(&dev);
+  if (!s) throw InvalidArgument(std::string("smddp: cuda_stream needs a cuda device, not ") + dev.name());
+  return s->stream();
+}
+
 void* cuda_malloc(size_t bytes) {
   void* p = nullptr;
   cuda::check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc");

@@ -20,6 +20,9 @@ bool cuda_usable(std::string* why) {
 int cuda_device_count() { return 0; }
 std::unique_ptr<Device> cuda_device(int) { unavailable(); }
 std::unique_ptr<PeerWindows> cuda_ipc_windows(Device&) { unavailable(); }
+std::shared_ptr<void> cuda_event_after(void*, int) { unavailable(); }
+void cuda_wait(Device&, const void*) { unavailable(); }
+void* cuda_stream(Device&) { unavailable(); }
 void* cuda_malloc(size_t) { unavailable(); }
 void cuda_free(void*) {}
 bool cuda_register_host(void*, size_t) { return false; }
