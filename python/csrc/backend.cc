@@ -6,6 +6,9 @@
 #include <cstdlib>
 
 #include "backend_internal.h"
+#ifdef SMDDP_TORCH_CUDA
+#include "cuda_glue.h"
+#endif
 #include "store_adapter.h"
 #include "tensor_args.h"
 
@@ -63,6 +66,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::finish(::c10d::OpType type, 
     finalize = [fins = std::move(fins)] {
       for (auto& f : fins) f();
     };
+#ifdef SMDDP_TORCH_CUDA
+  // The copies back into the user's tensors run on the engine thread: on the outputs' GPU, and
+  // landed before the work completes.
+  int gpu = -1;
+  for (auto& t : p.outputs)
+    if (t.defined() && t.device().is_cuda()) gpu = t.device().index();
+  if (finalize && gpu >= 0) finalize = [gpu, f = std::move(finalize)] { run_on_cuda_device(gpu, f); };
+#endif
   return make_work(type, std::move(p.ops), std::move(p.outputs), std::move(finalize), std::move(p.keep_alive));
 }
 
@@ -105,7 +116,7 @@ Pending ProcessGroupSmddp::allreduce_one(const at::Tensor& t, const Reduction& r
   Elems e = reduction_elems(t, red, coll);
   Pending p;
   Staged s = stage(t.is_complex() ? at::view_as_real(t) : t);
-  p.ops.push_back(comm_->allreduce(s.data(), s.data(), e.count, e.dtype, red));
+  p.ops.push_back(comm_->allreduce(s.data(), s.data(), e.count, e.dtype, red, memory_of(s.tensor)));
   p.outputs.push_back(t);
   p.keep_alive.push_back(s.tensor);
   if (s.copied) p.finalizers.push_back([s] { s.copy_back(); });
@@ -133,6 +144,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce_coalesced(std::vec
     bool same = true;
     for (auto& t : tensors) {
       check_tensor(t, "allreduce_coalesced", getRank());
+      check_same_device(t, tensors[0], "allreduce_coalesced", getRank());
       same = same && t.scalar_type() == tensors[0].scalar_type();
     }
     Pending all;
@@ -166,7 +178,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce(std::vector<at::Tenso
     const int root = static_cast<int>(opts.rootRank);
     Staged s = stage(t.is_complex() ? at::view_as_real(t) : t);
     Pending p;
-    p.ops.push_back(comm_->reduce(s.data(), getRank() == root ? s.data() : nullptr, e.count, e.dtype, red, root));
+    p.ops.push_back(comm_->reduce(s.data(), getRank() == root ? s.data() : nullptr, e.count, e.dtype, red, root,
+                                   memory_of(s.tensor)));
     p.outputs.push_back(t);
     p.keep_alive.push_back(s.tensor);
     if (s.copied && getRank() == root) p.finalizers.push_back([s] { s.copy_back(); });
@@ -179,6 +192,7 @@ Pending ProcessGroupSmddp::reduce_scatter_one(const at::Tensor& out, const at::T
   check_tensor(out, coll, getRank());
   check_tensor(flat_in, coll, getRank());
   check_same_type(out, flat_in, coll, getRank());
+  check_same_device(out, flat_in, coll, getRank());
   if (flat_in.numel() != out.numel() * getSize())
     throw InvalidArgument("smddp: rank " + std::to_string(getRank()) + ": " + coll + ": input has " +
                           std::to_string(flat_in.numel()) + " elements, expected output's " +
@@ -187,7 +201,7 @@ Pending ProcessGroupSmddp::reduce_scatter_one(const at::Tensor& out, const at::T
   Staged in = stage(out.is_complex() ? at::view_as_real(flat_in) : flat_in);
   Staged o = stage(out.is_complex() ? at::view_as_real(out) : out);
   Pending p;
-  p.ops.push_back(comm_->reduce_scatter(in.data(), o.data(), e.count, e.dtype, red));
+  p.ops.push_back(comm_->reduce_scatter(in.data(), o.data(), e.count, e.dtype, red, memory_of(o.tensor)));
   p.outputs.push_back(out);
   p.keep_alive = {in.tensor, o.tensor};
   if (o.copied) p.finalizers.push_back([o] { o.copy_back(); });
@@ -205,6 +219,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce_scatter(std::vector<a
     std::vector<at::Tensor> parts;
     for (auto& t : inputs[0]) {
       check_tensor(t, "reduce_scatter", getRank());
+      check_same_device(t, outputs[0], "reduce_scatter", getRank());
       if (t.numel() != outputs[0].numel())
         throw InvalidArgument("smddp: rank " + std::to_string(getRank()) +
                               ": reduce_scatter: every input must have the output's size (" +

@@ -33,7 +33,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::broadcast(std::vector<at::Te
     Elems e = movement_elems(t);
     Staged s = stage(t);
     Pending p;
-    p.ops.push_back(comm_->broadcast(s.data(), e.count, e.dtype, static_cast<int>(opts.rootRank)));
+    p.ops.push_back(comm_->broadcast(s.data(), e.count, e.dtype, static_cast<int>(opts.rootRank), memory_of(s.tensor)));
     p.outputs.push_back(t);
     p.keep_alive.push_back(s.tensor);
     if (s.copied && getRank() != opts.rootRank) p.finalizers.push_back([s] { s.copy_back(); });
@@ -45,6 +45,7 @@ Pending ProcessGroupSmddp::allgather_one(const at::Tensor& out_flat, const at::T
   check_tensor(in, coll, getRank());
   check_tensor(out_flat, coll, getRank());
   check_same_type(out_flat, in, coll, getRank());
+  check_same_device(out_flat, in, coll, getRank());
   if (out_flat.numel() != in.numel() * getSize())
     throw InvalidArgument(who(getRank()) + coll + ": output has " + std::to_string(out_flat.numel()) +
                           " elements, expected input's " + std::to_string(in.numel()) + " x world size " +
@@ -53,7 +54,7 @@ Pending ProcessGroupSmddp::allgather_one(const at::Tensor& out_flat, const at::T
   Staged i = stage(in);
   Staged o = stage(out_flat);
   Pending p;
-  p.ops.push_back(comm_->allgather(i.data(), o.data(), e.count, e.dtype));
+  p.ops.push_back(comm_->allgather(i.data(), o.data(), e.count, e.dtype, memory_of(o.tensor)));
   p.outputs.push_back(out_flat);
   p.keep_alive = {i.tensor, o.tensor};
   if (o.copied) p.finalizers.push_back([o] { o.copy_back(); });
@@ -70,6 +71,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather(std::vector<std::v
     for (auto& t : outputs[0]) {
       check_tensor(t, "allgather", getRank());
       check_same_type(t, inputs[0], "allgather", getRank());
+      check_same_device(t, inputs[0], "allgather", getRank());
       if (t.numel() != inputs[0].numel())
         throw InvalidArgument(who(getRank()) + "allgather: every output must have the input's size (" +
                               std::to_string(inputs[0].numel()) + " elements), one has " + std::to_string(t.numel()) +
@@ -107,6 +109,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_coalesced(std::vec
       for (size_t k = 0; k < inputs.size(); ++k) {
         check_tensor(outputs[r][k], "allgather_coalesced", getRank());
         check_same_type(outputs[r][k], inputs[k], "allgather_coalesced", getRank());
+        check_same_device(outputs[r][k], inputs[k], "allgather_coalesced", getRank());
         if (outputs[r][k].numel() != inputs[k].numel())
           throw InvalidArgument(who(getRank()) + "allgather_coalesced: output [" + std::to_string(r) + "][" +
                                 std::to_string(k) + "] has " + std::to_string(outputs[r][k].numel()) +
@@ -146,6 +149,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::gather(std::vector<std::vect
                                                           const ::c10d::GatherOptions& opts) {
   return guarded("gather", [&] {
     check_single(inputs, "gather", getRank());
+    check_host_only(inputs[0], "gather", getRank());
     const int root = static_cast<int>(opts.rootRank);
     const at::Tensor& in = inputs[0];
     Elems e = movement_elems(in);
@@ -156,7 +160,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::gather(std::vector<std::vect
       if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize())
         throw InvalidArgument(who(getRank()) + "gather: the root needs one list of world-size output tensors");
       for (auto& t : outputs[0]) {
-        check_tensor(t, "gather", getRank());
+        check_host_only(t, "gather", getRank());
         if (t.numel() != in.numel())
           throw InvalidArgument(who(getRank()) + "gather: every output must have the input's size");
       }
@@ -178,6 +182,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::scatter(std::vector<at::Tens
                                                            const ::c10d::ScatterOptions& opts) {
   return guarded("scatter", [&] {
     check_single(outputs, "scatter", getRank());
+    check_host_only(outputs[0], "scatter", getRank());
     const int root = static_cast<int>(opts.rootRank);
     const at::Tensor& out = outputs[0];
     Elems e = movement_elems(out);
@@ -188,8 +193,10 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::scatter(std::vector<at::Tens
     if (getRank() == root) {
       if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize())
         throw InvalidArgument(who(getRank()) + "scatter: the root needs one list of world-size input tensors");
-      for (auto& t : inputs[0])
+      for (auto& t : inputs[0]) {
+        check_host_only(t, "scatter", getRank());
         if (t.numel() != out.numel()) throw InvalidArgument(who(getRank()) + "scatter: every input must have the output's size");
+      }
       at::Tensor flat = flatten(inputs[0]);
       p.keep_alive.push_back(flat);
       p.ops.push_back(comm_->scatter(flat.data_ptr(), o.data(), e.count, e.dtype, root));
@@ -206,8 +213,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall_base(at::Tensor& ou
                                                                  std::vector<int64_t>& input_splits,
                                                                  const ::c10d::AllToAllOptions&) {
   return guarded("all_to_all_single", [&] {
-    check_tensor(input, "all_to_all_single", getRank());
-    check_tensor(output, "all_to_all_single", getRank());
+    check_host_only(input, "all_to_all_single", getRank());
+    check_host_only(output, "all_to_all_single", getRank());
     check_same_type(output, input, "all_to_all_single", getRank());
     const auto W = static_cast<size_t>(getSize());
     Elems ein = movement_elems(input);
@@ -258,8 +265,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall(std::vector<at::Ten
     if (outputs.size() != W || inputs.size() != W)
       throw InvalidArgument(who(getRank()) + "all_to_all needs world-size input and output lists");
     for (size_t j = 0; j < W; ++j) {
-      check_tensor(inputs[j], "all_to_all", getRank());
-      check_tensor(outputs[j], "all_to_all", getRank());
+      check_host_only(inputs[j], "all_to_all", getRank());
+      check_host_only(outputs[j], "all_to_all", getRank());
       check_same_type(outputs[j], inputs[0], "all_to_all", getRank());
       check_same_type(inputs[j], inputs[0], "all_to_all", getRank());
     }
@@ -291,6 +298,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall(std::vector<at::Ten
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   return guarded("send", [&] {
     check_single(tensors, "send", getRank());
+    check_host_only(tensors[0], "send", getRank());
     Elems e = movement_elems(tensors[0]);
     Staged s = stage(tensors[0]);
     Pending p;
@@ -303,6 +311,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::send(std::vector<at::Tensor>
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   return guarded("recv", [&] {
     check_single(tensors, "recv", getRank());
+    check_host_only(tensors[0], "recv", getRank());
     Elems e = movement_elems(tensors[0]);
     Staged s = stage(tensors[0]);
     Pending p;
@@ -317,6 +326,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recv(std::vector<at::Tensor>
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   return guarded("recv", [&] {
     check_single(tensors, "recv", getRank());
+    check_host_only(tensors[0], "recv", getRank());
     Elems e = movement_elems(tensors[0]);
     Staged s = stage(tensors[0]);
     smddp::Work w = comm_->recv_any(s.data(), e.count, e.dtype, static_cast<uint32_t>(tag));

@@ -1,6 +1,9 @@
 #include "tensor_args.h"
 
 #include "smddp/errors.h"
+#ifdef SMDDP_TORCH_CUDA
+#include "cuda_glue.h"
+#endif
 
 namespace smddp::torch_backend {
 
@@ -76,10 +79,40 @@ void check_tensor(const at::Tensor& t, const char* coll, int rank) {
   if (t.is_sparse())
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll +
                           ": sparse tensors are supported by allreduce (SUM) only, as in gloo");
+  if (t.device().is_cuda()) {
+#ifndef SMDDP_TORCH_CUDA
+    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll + ": got a tensor on " +
+                          t.device().str() + ", but this smddp was built against a PyTorch without CUDA");
+#endif
+    return;
+  }
   if (!t.device().is_cpu())
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll + ": got a tensor on " +
-                          t.device().str() +
-                          "; this build of smddp moves CPU tensors only (GPU support is a separate, open issue)");
+                          t.device().str() + "; smddp moves CPU and CUDA tensors");
+}
+
+void check_host_only(const at::Tensor& t, const char* coll, int rank) {
+  check_tensor(t, coll, rank);
+  if (!t.device().is_cpu())
+    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll + ": got a tensor on " +
+                          t.device().str() + "; " + coll +
+                          " takes CPU tensors only so far (on CUDA: allreduce, broadcast, reduce, allgather and "
+                          "reduce_scatter, with their coalesced and tensor forms)");
+}
+
+void check_same_device(const at::Tensor& a, const at::Tensor& b, const char* coll, int rank) {
+  if (a.device() != b.device())
+    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll + ": tensors on different devices (" +
+                          a.device().str() + " and " + b.device().str() + "); one call takes one device");
+}
+
+Memory memory_of(const at::Tensor& t) {
+  if (!t.device().is_cuda()) return {};
+#ifdef SMDDP_TORCH_CUDA
+  return cuda_memory(t);
+#else
+  throw InvalidArgument("smddp: a tensor on " + t.device().str() + ", but this smddp was built against a PyTorch without CUDA");
+#endif
 }
 
 void check_single(const std::vector<at::Tensor>& ts, const char* coll, int rank) {

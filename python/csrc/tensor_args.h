@@ -36,9 +36,17 @@ Elems reduction_elems(const at::Tensor& t, const Reduction& r, const char* op);
 
 Reduction to_reduction(const ::c10d::ReduceOp& op, const char* coll);
 
-// Rejects what this build cannot take (CUDA and sparse tensors), naming the collective.
+// Rejects what this build cannot take, naming the collective: undefined and sparse tensors,
+// devices other than CPU and CUDA, CUDA tensors where this PyTorch has no CUDA.
 void check_tensor(const at::Tensor& t, const char* coll, int rank);
 void check_single(const std::vector<at::Tensor>& ts, const char* coll, int rank);
+// For the collectives that take CPU tensors only so far (gather, scatter, all_to_all, send/recv).
+void check_host_only(const at::Tensor& t, const char* coll, int rank);
 void check_same_type(const at::Tensor& a, const at::Tensor& b, const char* coll, int rank);
+// The tensors of one call must be on one device (NCCL's rule); names both devices otherwise.
+void check_same_device(const at::Tensor& a, const at::Tensor& b, const char* coll, int rank);
+
+// Where a tensor's memory is, for the core: host, or its GPU with the caller's current stream.
+Memory memory_of(const at::Tensor& t);
 
 }  // namespace smddp::torch_backend

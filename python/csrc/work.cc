@@ -1,5 +1,7 @@
 #include "work.h"
 
+#include <algorithm>
+
 namespace smddp::torch_backend {
 
 SmddpWork::SmddpWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> finalize,
@@ -8,7 +10,14 @@ SmddpWork::SmddpWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outp
       outputs_(std::move(outputs)),
       finalize_(std::move(finalize)),
       keep_alive_(std::move(keep_alive)),
-      seq_(seq) {}
+      seq_(seq) {
+  // A future holding CUDA tensors must name their devices (c10's Future checks), so that a
+  // callback chained on it (DDP's comm hooks) is ordered after the data.
+  for (auto& t : outputs_)
+    if (t.defined() && t.device().is_cuda() &&
+        std::find(devices_.begin(), devices_.end(), t.device()) == devices_.end())
+      devices_.push_back(t.device());
+}
 
 namespace {
 const c10::TypePtr& tensor_list_type() {
@@ -20,7 +29,7 @@ const c10::TypePtr& tensor_list_type() {
 c10::intrusive_ptr<c10::ivalue::Future> SmddpWork::getFuture() {
   std::lock_guard<std::mutex> g(mu_);
   if (!future_) {
-    future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type());
+    future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type(), devices_);
     if (done_) {
       if (first_error_) future_->setError(first_error_);
       else future_->markCompleted(c10::IValue(outputs_));

@@ -47,6 +47,7 @@ class SmddpWork final : public ::c10d::Work {
   bool done_ = false;
   uint64_t seq_;
   std::function<int()> source_;
+  std::vector<c10::Device> devices_;  // the CUDA devices of the outputs (the future's)
 };
 
 }  // namespace smddp::torch_backend

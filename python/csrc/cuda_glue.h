@@ -1,0 +1,30 @@
+// The backend's CUDA side: what a CUDA tensor is to the smddp core, and running the backend's
+// own tensor work (copies back into non-contiguous outputs, unflattening) on the tensor's GPU.
+// cuda_glue.cc is compiled only against a PyTorch built with CUDA (SMDDP_TORCH_CUDA); the CPU
+// torch of Debian cannot make CUDA tensors, so there these are never reached and
+// tensor_args.cc says why instead.
+//
+// Stream contract (docs/gpu.md): a collective on a CUDA tensor is ordered after the work queued
+// so far on the caller's *current* stream of that GPU (the core records an event there and its
+// communication stream waits on it; the host is not blocked at the call). The Work completes
+// once the results have landed in the tensors (its future carries the device, as DDP's comm
+// hooks need); wait() therefore blocks the host until then, which is stricter than NCCL's
+// stream-only wait and never weaker.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+
+#include "smddp/types.h"
+
+namespace smddp::torch_backend {
+
+// Memory::cuda(device, current stream of that device).
+Memory cuda_memory(const at::Tensor& t);
+
+// Runs `f` with `device` current and returns once the work it queued there has finished (the
+// engine thread's stream is not the caller's, so completion must mean landed).
+void run_on_cuda_device(int device, const std::function<void()>& f);
+
+}  // namespace smddp::torch_backend

@@ -1,0 +1,149 @@
+"""CUDA tensors through smddp, each result checked against the same collective on CPU copies
+through gloo in the same run: allreduce (every dtype x op the two share, AVG and PREMUL_SUM by a
+local reference), broadcast, reduce, all_gather(_into_tensor), reduce_scatter(_tensor), the
+coalesced forms, a non-contiguous tensor, stream order (the input still being written on the
+caller's stream at the call), an unawaited work, the future's device (DDP's comm hooks), and
+DDP with CUDA tensors against DDP on CPU over gloo. Ranks share the GPUs there are."""
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+import smddp  # noqa: F401
+from common import checker, same
+
+check, done = checker()
+dist.init_process_group("smddp", timeout=datetime.timedelta(seconds=120))
+rank, world = dist.get_rank(), dist.get_world_size()
+gloo = dist.new_group(backend="gloo")
+dev = torch.device("cuda", rank % torch.cuda.device_count())
+torch.cuda.set_device(dev)
+RO = dist.ReduceOp
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
+          torch.int64, torch.bool]
+
+
+def data(r, n, dtype, salt):
+    g = torch.Generator().manual_seed(1000 * salt + r)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    return torch.randint(-5 if dtype != torch.uint8 else 0, 6, (n,), generator=g).to(dtype)
+
+
+for n in (1, 1000, 300_001):
+    for dtype in DTYPES:
+        ops = {"SUM": RO.SUM, "MIN": RO.MIN, "MAX": RO.MAX}
+        if not dtype.is_floating_point and dtype != torch.bool:
+            ops.update({"BAND": RO.BAND, "BOR": RO.BOR, "BXOR": RO.BXOR})
+        for name, op in ops.items():
+            mine = data(rank, n, dtype, n)
+            want = mine.clone()
+            dist.all_reduce(want, op=op, group=gloo)
+            got = mine.to(dev)
+            dist.all_reduce(got, op=op)
+            check(f"allreduce {dtype} {name} n={n}", same(got.cpu(), want, False), f"{got[:4]} vs {want[:4]}")
+    # AVG and PREMUL_SUM (gloo has neither): the sum from gloo, scaled here
+    x = data(rank, n, torch.float32, 7)
+    total = x.clone()
+    dist.all_reduce(total, group=gloo)
+    got = x.to(dev)
+    dist.all_reduce(got, op=RO.AVG)
+    check(f"allreduce AVG n={n}", same(got.cpu(), total / world, False))
+    got = x.to(dev)
+    dist.all_reduce(got, op=dist._make_nccl_premul_sum(0.5))
+    check(f"allreduce PREMUL_SUM n={n}", same(got.cpu(), total * 0.5, False))
+
+    # data movement
+    b = data(rank, n, torch.float32, 3).to(dev)
+    dist.broadcast(b, src=world - 1)
+    check(f"broadcast n={n}", same(b.cpu(), data(world - 1, n, torch.float32, 3), True))
+    r = data(rank, n, torch.int64, 4).to(dev)
+    dist.reduce(r, dst=0)
+    if rank == 0:
+        check(f"reduce n={n}", same(r.cpu(), sum(data(q, n, torch.int64, 4) for q in range(world)), True))
+    out = torch.empty(world * n, device=dev)
+    dist.all_gather_into_tensor(out, data(rank, n, torch.float32, 5).to(dev))
+    check(f"all_gather_into_tensor n={n}", same(out.cpu(), torch.cat([data(q, n, torch.float32, 5) for q in range(world)]), True))
+    outs = [torch.empty(n, device=dev) for _ in range(world)]
+    dist.all_gather(outs, data(rank, n, torch.float32, 6).to(dev))
+    check(f"all_gather n={n}", all(same(outs[q].cpu(), data(q, n, torch.float32, 6), True) for q in range(world)))
+    rs_in = data(rank, world * n, torch.float32, 8)
+    rs_want = rs_in.clone()
+    dist.all_reduce(rs_want, group=gloo)
+    rs = torch.empty(n, device=dev)
+    dist.reduce_scatter_tensor(rs, rs_in.to(dev))
+    check(f"reduce_scatter_tensor n={n}", same(rs.cpu(), rs_want[rank * n:(rank + 1) * n], False))
+    rs = torch.empty(n, device=dev)
+    dist.reduce_scatter(rs, list(rs_in.to(dev).chunk(world)))
+    check(f"reduce_scatter n={n}", same(rs.cpu(), rs_want[rank * n:(rank + 1) * n], False))
+
+# non-contiguous: a transposed view, reduced and written back in place
+m = torch.arange(12.0).reshape(3, 4).to(dev).t()
+dist.all_reduce(m)
+check("allreduce non-contiguous", same(m.cpu(), torch.arange(12.0).reshape(3, 4).t() * world, True))
+
+# coalesced
+with dist._coalescing_manager(async_ops=True) as cm:
+    a1, a2 = torch.ones(5, device=dev), torch.full((7,), 2.0, device=dev)
+    dist.all_reduce(a1)
+    dist.all_reduce(a2)
+cm.wait()
+check("coalesced allreduce", same(a1.cpu(), torch.full((5,), float(world)), True) and
+      same(a2.cpu(), torch.full((7,), 2.0 * world), True))
+
+# stream order: the input is written by a kernel on a side stream made current, no host sync
+side = torch.cuda.Stream(device=dev)
+with torch.cuda.stream(side):
+    big = torch.zeros(1 << 22, device=dev)
+    for _ in range(20):
+        big.add_(1)  # still running when the collective is called
+    w = dist.all_reduce(big, async_op=True)
+w.wait()
+torch.cuda.synchronize(dev)
+check("stream order", same(big.cpu(), torch.full((1 << 22,), 20.0 * world), True))
+
+# the future carries the device and its value is the result (DDP's comm hooks)
+f = dist.all_reduce(torch.ones(3, device=dev), async_op=True).get_future()
+v = f.wait()[0]
+check("future value on the GPU", v.device == dev and same(v.cpu(), torch.full((3,), float(world)), True), str(v))
+
+# an unawaited work: the tensor is kept alive and the next collective is ordered after it
+t = torch.ones(1 << 20, device=dev)
+dist.all_reduce(t, async_op=True)
+del t
+u = torch.ones(4, device=dev)
+dist.all_reduce(u)
+check("after an unawaited work", same(u.cpu(), torch.full((4,), float(world)), True))
+
+# mixed devices are refused with both named
+try:
+    dist.all_gather_into_tensor(torch.empty(world * 2, device=dev), torch.ones(2))
+    check("mixed devices refused", False, "accepted")
+except (RuntimeError, ValueError) as e:
+    check("mixed devices refused", "different devices" in str(e) or "device" in str(e), str(e))
+
+# DDP on CUDA tensors vs DDP on CPU over gloo, same start and data
+import copy  # noqa: E402
+
+import torch.nn as nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+torch.manual_seed(0)
+base = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+gpu_model = DDP(copy.deepcopy(base).to(dev), device_ids=[dev.index])
+cpu_model = DDP(copy.deepcopy(base), process_group=gloo)
+opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (gpu_model, cpu_model)]
+for step in range(5):
+    g = torch.Generator().manual_seed(100 * step + rank)
+    x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+    for model, opt, d in ((gpu_model, opts[0], dev), (cpu_model, opts[1], torch.device("cpu"))):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x.to(d)), y.to(d)).backward()
+        opt.step()
+for (name, p), q in zip(gpu_model.module.named_parameters(), cpu_model.module.parameters()):
+    check(f"DDP on CUDA matches CPU gloo: {name}", torch.allclose(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5))
+
+dist.destroy_process_group()
+done()
