@@ -26,6 +26,32 @@ constexpr uint64_t kMagic = 0x736d646470736d31ULL;  // "smddpsm1"
 constexpr size_t kPage = 4096;
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+// A step word: the rank's round count in the low 40 bits, and in the high 24 a hash of the
+// fingerprint it announced last (0 before any). Peers poll the step word anyway, so comparing
+// hashes costs them no extra cache line; the full fingerprints are read only when a hash
+// differs or the peer already moved past the round (docs/reliability.md). Counts compare
+// modulo 2^40 (ranks are never more than a few rounds apart), so they may wrap.
+constexpr int kHashShift = 40;
+constexpr uint64_t kCountMask = (uint64_t{1} << kHashShift) - 1;
+uint64_t count_of(uint64_t word) { return word & kCountMask; }
+uint64_t hash_of(uint64_t word) { return word >> kHashShift; }
+// How far `word`'s count is ahead of `target` (negative: behind), modulo 2^40.
+int64_t rounds_ahead(uint64_t word, uint64_t target) {
+  const uint64_t d = (count_of(word) - target) & kCountMask;
+  return d & (uint64_t{1} << (kHashShift - 1)) ? static_cast<int64_t>(d) - (int64_t{1} << kHashShift)
+                                               : static_cast<int64_t>(d);
+}
+uint64_t fingerprint_hash(const uint64_t* words, size_t n) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= words[i] + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdULL;
+  }
+  h ^= h >> 29;
+  const uint64_t top = h >> kHashShift;  // 24 bits
+  return top ? top : 1;                  // never 0: 0 means "nothing announced"
+}
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -202,7 +228,8 @@ std::byte* Group::fifo_data(int src, int dst) const { return reinterpret_cast<st
 int Group::pid_of(int r) const { return ctl(r)->pid.load(std::memory_order_acquire); }
 
 void Group::arrive() {
-  ctl(rank_)->step.store(++step_, std::memory_order_release);
+  step_ = (step_ + 1) & kCountMask;
+  ctl(rank_)->step.store(step_ | (fp_hash_ << kHashShift), std::memory_order_release);
   ring(/*always=*/false);
 }
 
@@ -238,7 +265,7 @@ std::vector<int> Group::global(const std::vector<int>& locals) const {
 std::vector<int> Group::behind(uint64_t target) const {
   std::vector<int> v;
   for (int r = 0; r < size_; ++r)
-    if (ctl(r)->step.load(std::memory_order_acquire) < target) v.push_back(r);
+    if (rounds_ahead(ctl(r)->step.load(std::memory_order_acquire), target) < 0) v.push_back(r);
   return v;
 }
 
@@ -247,11 +274,11 @@ void Group::wait_all(const OpInfo& op) {
   wait(
       [&] {
         for (int r = 0; r < size_; ++r)
-          if (ctl(r)->step.load(std::memory_order_acquire) < target) return false;
+          if (rounds_ahead(ctl(r)->step.load(std::memory_order_acquire), target) < 0) return false;
         return true;
       },
       [&] { return behind(target); }, op, "arrive");
-  if (fp_pending_) compare_fingerprints();
+  if (fp_pending_) compare_fingerprints(target);
 }
 
 // Double buffering: a rank can announce the next collective only after this one's first round,
@@ -260,16 +287,24 @@ void Group::wait_all(const OpInfo& op) {
 void Group::announce(const Fingerprint& fp) {
   const int parity = static_cast<int>(announcements_++ & 1);
   std::memcpy(ctl(rank_)->fingerprint[parity], fp.data(), sizeof(Fingerprint));
+  fp_hash_ = fingerprint_hash(fp.data(), fp.size());
   fp_pending_ = true;
 }
 
-void Group::compare_fingerprints() {
+void Group::compare_fingerprints(uint64_t target) {
   fp_pending_ = false;
   const int parity = static_cast<int>((announcements_ - 1) & 1);
   const uint64_t* mine = ctl(rank_)->fingerprint[parity];
   bool same = true;
-  for (int r = 0; r < size_ && same; ++r)
+  for (int r = 0; r < size_ && same; ++r) {
+    if (r == rank_) continue;
+    // The peer's step word, already in this core's cache from the wait: at this round, its hash
+    // is the one it announced for this collective. A peer past the round may have announced the
+    // next one since; its fingerprint for this one is still in its buffer of this parity.
+    const uint64_t w = ctl(r)->step.load(std::memory_order_acquire);
+    if (rounds_ahead(w, target) == 0 && hash_of(w) == fp_hash_) continue;
     same = std::memcmp(ctl(r)->fingerprint[parity], mine, sizeof(Fingerprint)) == 0;
+  }
   if (same || !on_disagreement_) return;
   std::vector<Fingerprint> all(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r)

@@ -125,7 +125,8 @@ class Group {
   // Ranks among `ranks` that died or departed: -1 when none.
   int lost_rank(const std::vector<int>& ranks, std::string* why) const;
   std::vector<int> behind(uint64_t target) const;
-  void compare_fingerprints();
+  // `target`: the round count of the wait that compares (the first after announce()).
+  void compare_fingerprints(uint64_t target);
   int global(int local) const { return global_.empty() ? local : global_[static_cast<size_t>(local)]; }
   std::vector<int> global(const std::vector<int>& locals) const;
 
@@ -148,6 +149,7 @@ class Group {
   std::vector<const void*> fifo_owner_;  // [outgoing * size_ + peer]: the op moving a message
   uint64_t announcements_ = 0;
   bool fp_pending_ = false;
+  uint64_t fp_hash_ = 0;  // of the last announced fingerprint, carried in every step word
   std::function<void(const std::vector<Fingerprint>&)> on_disagreement_;
   std::vector<int> global_;
   Clock::time_point next_liveness_check_{};
