@@ -1,6 +1,10 @@
 // smddp-perf: collective bandwidth/latency sweep with nccl-tests' columns.
 //
-//   smddp-perf -np 4 -c allreduce -b 8 -e 64M -f 2 -w 5 -n 20 -d f32 -o sum
+//   smddp-perf -np 4 -c allreduce -b 8 -e 64M -f 2 -w 5 -n 20 -d f32 -o sum [-m cuda]
+//
+// `-m cuda` puts the buffers in GPU memory (rank r on GPU r % count; ranks may share one): the
+// CUDA device layer and IPC windows of docs/gpu.md. Compare with nccl-tests' all_reduce_perf etc.
+// on the same machine (same columns), or with torch_collectives.py --device cuda (nccl beside).
 //
 // Ranks: `-np N` forks N local processes; without it the torchrun-style variables RANK and
 // WORLD_SIZE (or OMPI_COMM_WORLD_RANK/SIZE) are read and SMDDP_PERF_STORE names a shared
@@ -21,6 +25,7 @@
 
 #include "algorithms/registry.h"
 #include "core_to_core.h"
+#include "device/cuda.h"
 #include "reduce/element_io.h"
 #include "smddp/smddp.h"
 
@@ -38,6 +43,7 @@ struct Args {
   ReduceOp op = ReduceOp::sum;
   std::string algo;  // forced algorithm name for this collective
   bool check = true;
+  bool cuda = false;  // -m cuda: buffers in GPU memory
 };
 
 size_t parse_size(const char* s) {
@@ -70,7 +76,7 @@ void usage() {
   std::puts(
       "smddp-perf [-np N] [-c allreduce|allgather|reduce_scatter|broadcast|alltoall] [-b MIN] [-e MAX]\n"
       "           [-f FACTOR] [-w WARMUP] [-n ITERS] [-d f32|f64|f16|bf16|i8|u8|i32|i64|bool] [-o sum|prod|min|max|avg]\n"
-      "           [-a ALGORITHM] [-k 0|1 (check results)]");
+      "           [-a ALGORITHM] [-k 0|1 (check results)] [-m host|cuda (where the buffers are)]");
 }
 
 Args parse(int argc, char** argv) {
@@ -92,6 +98,11 @@ Args parse(int argc, char** argv) {
     else if (k == "-o") a.op = parse_op(val());
     else if (k == "-a") a.algo = val();
     else if (k == "-k") a.check = std::atoi(val()) != 0;
+    else if (k == "-m") {
+      const std::string m = val();
+      if (m != "host" && m != "cuda") { usage(); std::exit(2); }
+      a.cuda = m == "cuda";
+    }
     else { usage(); std::exit(k == "-h" || k == "--help" ? 0 : 2); }
   }
   return a;
@@ -128,10 +139,27 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
   o.timeout = std::chrono::minutes(5);
   Communicator comm(store, rank, world, o);
   const size_t es = dtype_size(a.dtype);
+  // -m cuda: device buffers beside the host images the values are written to and checked in.
+  std::unique_ptr<device::Device> gpu;
+  Memory where;
+  if (a.cuda) {
+    std::string why;
+    if (!device::cuda_usable(&why)) {
+      std::fprintf(stderr, "smddp-perf: -m cuda: %s\n", why.c_str());
+      return 2;
+    }
+    const int ordinal = rank % device::cuda_device_count();
+    gpu = device::cuda_device(ordinal);
+    where = Memory::cuda(ordinal);
+  }
+  struct DeviceBuffer {
+    void* p = nullptr;
+    ~DeviceBuffer() { device::cuda_free(p); }
+  };
   if (rank == 0) {
-    std::printf("# smddp-perf %s: %s, %d ranks, dtype %s, op %s, warmup %d, iters %d%s%s\n", version(),
+    std::printf("# smddp-perf %s: %s, %d ranks, dtype %s, op %s, warmup %d, iters %d, %s memory%s%s\n", version(),
                 a.coll.c_str(), world, to_string(a.dtype), to_string(a.op), a.warmup, a.iters,
-                a.algo.empty() ? "" : ", algorithm ", a.algo.c_str());
+                a.cuda ? "cuda" : "host", a.algo.empty() ? "" : ", algorithm ", a.algo.c_str());
     std::printf("#%12s %12s %6s %6s %6s %12s %10s %10s %7s  %-12s %s\n", "size(B)", "count", "type", "redop", "root",
                 "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algorithm", "c2c(ns)");
   }
@@ -144,15 +172,20 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
     Shape s = shape_of(a.coll, bytes, es, world);
     if (s.count == 0) continue;
     std::vector<uint64_t> in((s.in_elems * es + 7) / 8 + 1), out((s.out_elems * es + 7) / 8 + 1);
+    DeviceBuffer din, dout;
+    if (gpu) din.p = device::cuda_malloc(in.size() * 8), dout.p = device::cuda_malloc(out.size() * 8);
+    void* pin = gpu ? din.p : in.data();
+    void* pout = gpu ? dout.p : out.data();
     auto fill = [&] {
       for (size_t i = 0; i < s.in_elems; ++i) put(in.data(), i, a.dtype, value(rank, i));
+      if (gpu) gpu->copy(din.p, in.data(), in.size() * 8), gpu->fence();
     };
     auto run_once = [&]() -> Work {
-      if (a.coll == "allreduce") return comm.allreduce(in.data(), out.data(), s.count, a.dtype, a.op);
-      if (a.coll == "allgather") return comm.allgather(in.data(), out.data(), s.count, a.dtype);
-      if (a.coll == "reduce_scatter") return comm.reduce_scatter(in.data(), out.data(), s.count, a.dtype, a.op);
-      if (a.coll == "broadcast") return comm.broadcast(rank == 0 ? in.data() : out.data(), s.count, a.dtype, 0);
-      return comm.alltoall(in.data(), out.data(), s.count, a.dtype);
+      if (a.coll == "allreduce") return comm.allreduce(pin, pout, s.count, a.dtype, a.op, where);
+      if (a.coll == "allgather") return comm.allgather(pin, pout, s.count, a.dtype, where);
+      if (a.coll == "reduce_scatter") return comm.reduce_scatter(pin, pout, s.count, a.dtype, a.op, where);
+      if (a.coll == "broadcast") return comm.broadcast(rank == 0 ? pin : pout, s.count, a.dtype, 0, where);
+      return comm.alltoall(pin, pout, s.count, a.dtype, where);
     };
     fill();
     for (int i = 0; i < a.warmup; ++i) run_once().wait();
@@ -169,7 +202,13 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
     if (a.check) {
       fill();
       std::fill(out.begin(), out.end(), 0);
+      if (gpu) gpu->copy(dout.p, out.data(), out.size() * 8), gpu->fence();
       run_once().wait();
+      if (gpu) {  // the result back into the host image it is checked in
+        const bool root_buf = a.coll == "broadcast" && rank == 0;
+        gpu->copy(root_buf ? in.data() : out.data(), root_buf ? din.p : dout.p, (root_buf ? in : out).size() * 8);
+        gpu->fence();
+      }
       const void* res = a.coll == "broadcast" && rank == 0 ? in.data() : out.data();
       for (size_t i = 0; i < s.out_elems; ++i) {
         double want = 0;

@@ -9,6 +9,9 @@ for smddp and gloo, mpirun for torch's mpi backend), checks every result (#wrong
 axes). `--memcpy` adds the single-core memcpy bandwidth over the same sizes (the ceiling of a
 shared-memory transport), measured by this script too. Sizes follow nccl-tests: bytes of the
 largest buffer; busbw uses nccl-tests' factors.
+`--device cuda` puts the tensors on the GPUs (rank r on GPU r % count) and syncs the device
+around every timing: run it with `--backends smddp,nccl` on a GPU machine for NCCL beside smddp
+(the *_step ops stay on the CPU).
 
 `--contention 1,unset,hog` runs every backend three ways, as training jobs run: OMP_NUM_THREADS=1
 (what torchrun sets), OMP_NUM_THREADS unset (what mpirun, srun and SageMaker's MPI launcher
@@ -65,6 +68,11 @@ def worker(args):
         import smddp  # noqa: F401
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cpu")
+    if args.device == "cuda":  # ranks share the GPUs there are; nccl's calls are asynchronous,
+        dev = torch.device("cuda", rank % torch.cuda.device_count())  # so every timing syncs
+        torch.cuda.set_device(dev)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     results = []
     for op in args.ops.split(","):
         if op.endswith("_step"):
@@ -77,7 +85,7 @@ def worker(args):
             blk = count // world if op in ("allgather", "reduce_scatter", "alltoall") else count
             if op in ("allgather", "reduce_scatter", "alltoall") and blk == 0:
                 continue
-            x = (torch.arange(count, dtype=torch.float32) % 7) + rank
+            x = ((torch.arange(count, dtype=torch.float32) % 7) + rank).to(dev)
             if op == "allreduce":
                 buf = x.clone()
                 run = lambda: dist.all_reduce(buf)  # noqa: E731
@@ -85,7 +93,7 @@ def worker(args):
                 result = lambda: buf  # noqa: E731
                 reset = lambda: buf.copy_(x)  # noqa: E731
             elif op == "allgather":
-                inp, out = x[:blk].clone(), torch.empty(blk * world)
+                inp, out = x[:blk].clone(), torch.empty(blk * world, device=dev)
                 if args.backend == "mpi":  # torch's mpi backend has only the list form
                     outs = list(out.chunk(world))
                     run = lambda: dist.all_gather(outs, inp)  # noqa: E731
@@ -95,7 +103,7 @@ def worker(args):
                 result = lambda: out  # noqa: E731
                 reset = lambda: None  # noqa: E731
             elif op == "reduce_scatter":
-                out = torch.empty(blk)
+                out = torch.empty(blk, device=dev)
                 run = lambda: dist.reduce_scatter_tensor(out, x)  # noqa: E731
                 expect = lambda: ((torch.arange(count, dtype=torch.float32) % 7) * world + world * (world - 1) / 2)[rank * blk:(rank + 1) * blk]  # noqa
                 result = lambda: out  # noqa: E731
@@ -107,7 +115,7 @@ def worker(args):
                 result = lambda: buf  # noqa: E731
                 reset = lambda: buf.copy_(x)  # noqa: E731
             else:  # alltoall
-                out = torch.empty(count)
+                out = torch.empty(count, device=dev)
                 run = lambda: dist.all_to_all_single(out, x)  # noqa: E731
                 expect = lambda: torch.cat([((torch.arange(count, dtype=torch.float32) % 7) + r)[rank * blk:(rank + 1) * blk] for r in range(world)])  # noqa
                 result = lambda: out  # noqa: E731
@@ -117,21 +125,24 @@ def worker(args):
                 # Small messages: warm up longer (first touches, thread wake-ups, caches).
                 for _ in range(max(args.warmup, min(50, n // 4))):
                     run()
+                sync()
                 dist.barrier()
                 ru0 = resource.getrusage(resource.RUSAGE_SELF)
                 t0 = time.perf_counter()
                 for _ in range(n):
                     run()
+                sync()
                 dt = (time.perf_counter() - t0) / n
                 ru1 = resource.getrusage(resource.RUSAGE_SELF)
                 cpu = (ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime) / n
                 reset()
                 run()
-                wrong = int((result() != expect()).sum().item())
-                t = torch.tensor([dt, float(wrong)], dtype=torch.float64)
+                sync()
+                wrong = int((result().cpu() != expect()).sum().item())
+                t = torch.tensor([dt, float(wrong)], dtype=torch.float64, device=dev)
                 dist.all_reduce(t, op=dist.ReduceOp.MAX)
                 dt, wrong = t[0].item(), int(t[1].item())
-                c = torch.tensor([cpu], dtype=torch.float64)
+                c = torch.tensor([cpu], dtype=torch.float64, device=dev)
                 dist.all_reduce(c)  # CPU of all ranks together
                 cpu = c.item()
                 err = ""
@@ -223,7 +234,7 @@ def driver(args):
     os.makedirs(args.out, exist_ok=True)
     rows = []
     me = os.path.abspath(__file__)
-    common = ["--worker", "--ops", args.ops, "--min", args.min, "--max", args.max, "--factor", str(args.factor),
+    common = ["--worker", "--device", args.device, "--ops", args.ops, "--min", args.min, "--max", args.max, "--factor", str(args.factor),
               "--iters", str(args.iters), "--warmup", str(args.warmup), "--step-width", str(args.step_width)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     # Modes outside, backends inside: the backends of one mode run back to back, so a change in
@@ -388,6 +399,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--memcpy", action="store_true")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the tensors are; cuda: compare with --backends smddp,nccl (ranks share the GPUs)")
     ap.add_argument("--step-width", type=int, default=1024, help="hidden width of the *_step model")
     ap.add_argument("--contention", default="1",
                     help="comma list of 1 (OMP_NUM_THREADS=1), unset (torch's default pool), hog (=1 plus a busy "
