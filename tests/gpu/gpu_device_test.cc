@@ -215,9 +215,9 @@ TEST(GpuCommunicator, CollectivesOnCudaMemory) {
     const size_t n = (1 << 18) + 5;  // past the one-shot size: the chunked algorithms
     std::vector<float> host(n * 2);
     for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(rank + 1) * static_cast<float>(i % 97);
+    auto dev = device::cuda_device(gpu);  // first: it makes `gpu` current, where cuda_malloc allocates
     auto* in = static_cast<float*>(device::cuda_malloc(host.size() * sizeof(float)));
     auto* out = static_cast<float*>(device::cuda_malloc(host.size() * sizeof(float)));
-    auto dev = device::cuda_device(gpu);
     dev->copy(in, host.data(), host.size() * sizeof(float));
     dev->fence();
     std::vector<float> got(n * 2);
