@@ -50,7 +50,7 @@ class CudaDevice final : public cuda::StreamDevice {
 
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst == src || bytes == 0) return;
-    make_current();
+    cuda::make_current(ordinal_);
     // cudaMemcpyDefault: the direction comes from the pointers (unified addressing). A pageable
     // source is staged by the driver before this returns, so the caller may reuse it at once.
     cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
@@ -66,7 +66,7 @@ class CudaDevice final : public cuda::StreamDevice {
     bool reachable = dst != nullptr;
     for (int i = 0; i < a.nsrc && reachable; ++i) reachable = (srcs[i] = device_view(a.srcs[i])) != nullptr;
     if (!reachable) return reduce_on_host(a);
-    make_current();  // a kernel launches on the current device, which must be the stream's
+    cuda::make_current(ordinal_);
     reduce::ReduceArgs d = a;
     d.dst = dst;
     d.srcs = srcs;
@@ -76,13 +76,6 @@ class CudaDevice final : public cuda::StreamDevice {
   void fence() override { cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
  private:
-  // The calling thread may not be the one that made this device (a collective runs on the
-  // engine thread or, inline, on the caller's), and its current GPU may be another.
-  void make_current() const {
-    int cur = -1;
-    cuda::check(cudaGetDevice(&cur), "cudaGetDevice");
-    if (cur != ordinal_) cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
-  }
 
   // Some operand is pageable host memory: drain the stream, bring device operands to the host,
   // reduce with the CPU kernels (same maths, same order), and send the result back.

@@ -102,6 +102,7 @@ class CudaIpcWindows final : public PeerWindows {
                             std::to_string(offset) + " past the " + std::to_string(b.bytes) +
                             " bytes local rank " + std::to_string(b.peer) + " exposed");
     if (bytes == 0) return;
+    cuda::make_current(dev_.ordinal());
     const cudaError_t e = cudaMemcpyAsync(dst, b.mapped + offset, bytes, cudaMemcpyDefault, dev_.stream());
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
@@ -125,6 +126,7 @@ class CudaIpcWindows final : public PeerWindows {
       return it->second->mapped;
     }
     void* p = nullptr;
+    cuda::make_current(dev_.ordinal());  // the mapping is made on the current GPU
     cuda::check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
     lru_.push_front({key, static_cast<std::byte*>(p)});
     index_[key] = lru_.begin();

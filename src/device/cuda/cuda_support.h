@@ -20,6 +20,15 @@ inline void check(cudaError_t e, const char* what) {
                     cudaGetErrorString(e) + ")");
 }
 
+// Makes GPU `ordinal` current on the calling thread. Collectives run on the engine thread or,
+// inline, on the caller's, whose current GPU may be another; kernels, IPC opens and copies on a
+// stream need the stream's GPU current.
+inline void make_current(int ordinal) {
+  int cur = -1;
+  check(cudaGetDevice(&cur), "cudaGetDevice");
+  if (cur != ordinal) check(cudaSetDevice(ordinal), "cudaSetDevice");
+}
+
 class StreamDevice : public Device {
  public:
   virtual cudaStream_t stream() const = 0;
