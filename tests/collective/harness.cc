@@ -190,6 +190,15 @@ uint64_t NetnsHosts::bytes_sent(int host, int rail) const {
   return v.empty() ? 0 : std::stoull(v);
 }
 
+int NetnsHosts::run_in(int host, const std::string& cmd, std::string* output) const {
+  const std::string marker = "__smddp_status=";
+  std::string out = run_capture("ip netns exec " + ns(host) + " sh -c '" + cmd + "' 2>&1; echo " + marker + "$?");
+  const size_t at = out.rfind(marker);
+  const int status = at == std::string::npos ? -1 : std::atoi(out.c_str() + at + marker.size());
+  if (output) *output = out.substr(0, at == std::string::npos ? out.size() : at);
+  return status;
+}
+
 uint64_t NetnsHosts::tcp_retransmits(int host) const {
   // /proc/net/snmp has a "Tcp:" header line naming the fields, then a "Tcp:" line of values.
   std::string v = run_capture("ip netns exec " + ns(host) +

@@ -52,6 +52,9 @@ class NetnsHosts {
   // TCP segments the host retransmitted so far (its namespace's /proc/net/snmp): resent bytes
   // count on the link too, so traffic figures are read beside this.
   uint64_t tcp_retransmits(int host) const;
+  // Runs a shell command inside the host's namespace (tc, ip link): its output and exit status
+  // ("ip link set eth0 down", "tc qdisc replace dev eth0 root netem loss 1%").
+  int run_in(int host, const std::string& cmd, std::string* output = nullptr) const;
   const std::string& why_unavailable() const { return why_; }
 
  private:
