@@ -56,6 +56,50 @@ TEST(CrossNodeFailure, KilledRankIsNamedOnEveryNode) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// The same, with the rank killed in the middle of a 64 MiB allreduce (its data half sent), and
+// then the survivors of each host regroup.
+TEST(CrossNodeFailure, KilledDuringA64MiBAllreduceIsNamedOnEveryNode) {
+  NetnsHosts hosts(2);
+  RunOptions ro = hosts_options(hosts.available() ? &hosts : nullptr, 2, 2);
+  auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    {
+      Options o;
+      o.timeout = 20s;
+      o.name = "before";
+      Communicator c(store, rank, w, o);
+      std::vector<float> v(16 << 20, 1.0f);  // 64 MiB
+      c.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::max).wait();
+      if (rank == 3)
+        std::thread([] {
+          std::this_thread::sleep_for(150ms);  // a 64 MiB allreduce here takes longer than this
+          ::kill(::getpid(), SIGKILL);
+        }).detach();
+      auto t0 = std::chrono::steady_clock::now();
+      try {
+        for (int i = 0; i < 50; ++i) c.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::max).wait();
+        rep.fail("50 allreduces with a rank killed during them succeeded");
+      } catch (const Error& e) {
+        if (std::string(e.what()).find("rank 3") == std::string::npos)
+          rep.fail("error does not name the lost rank 3: " + std::string(e.what()));
+      }
+      const auto took = std::chrono::steady_clock::now() - t0;
+      if (took > 15s) rep.fail("took " + std::to_string(took.count() / 1000000) + " ms");
+    }
+    if (rank == 3) return;
+    // The three survivors: a new communicator (a torchelastic restart keeps the ranks it has).
+    Options o;
+    o.timeout = 30s;
+    o.name = "survivors";
+    Communicator c(store, rank, 3, o);
+    std::vector<float> a(1 << 18, static_cast<float>(rank + 1)), b(a.size());
+    c.allreduce(a.data(), b.data(), a.size(), DataType::f32, ReduceOp::sum).wait();
+    if (b[0] != 6.0f || b.back() != 6.0f) rep.fail("the survivors' allreduce gave " + std::to_string(b[0]));
+  }, ro);
+  ASSERT_EQ(res.ranks[3].exit_code, -SIGKILL);
+  res.ranks[3].exit_code = 0;
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // One-way collectives across nodes (broadcast, scatter from the root; reduce, gather to it)
 // must not let the sending side run ahead of a receiver: every collective it got ahead by would
 // sit in the receiver's provider as unexpected messages, without bound. So while the receiving
