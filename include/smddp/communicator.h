@@ -79,6 +79,11 @@ class Communicator {
   const Options& options() const;
 
   Work allreduce(const void* send, void* recv, size_t count, DataType type, Reduction op, Memory memory = {});
+  // Several tensors' worth in one allreduce (torch's allreduce_coalesced, gradient buckets): the
+  // parts lie back to back in send and recv; ranks must agree on every part's size, not just the
+  // total (MismatchError otherwise).
+  Work allreduce_coalesced(const void* send, void* recv, const std::vector<size_t>& parts, DataType type,
+                           Reduction op, Memory memory = {});
   // recv holds size()*count elements: rank r's block at r*count.
   Work allgather(const void* send, void* recv, size_t count, DataType type, Memory memory = {});
   // send holds size()*recv_count elements; rank r gets the reduction of block r.

@@ -152,10 +152,19 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce_coalesced(std::vec
       for (auto& t : tensors) all.merge(allreduce_one(t, red, "allreduce_coalesced"));
       return finish(::c10d::OpType::ALLREDUCE_COALESCED, std::move(all));
     }
+    // One allreduce over the parts back to back; the ranks also agree on each part's size.
     std::vector<at::Tensor> flat_parts;
-    for (auto& t : tensors) flat_parts.push_back(t.reshape({-1}));
+    std::vector<size_t> parts;
+    for (auto& t : tensors) {
+      flat_parts.push_back(t.reshape({-1}));
+      parts.push_back(reduction_elems(t, red, "allreduce_coalesced").count);
+    }
     at::Tensor flat = at::cat(flat_parts);
-    Pending p = allreduce_one(flat, red, "allreduce_coalesced");
+    Elems e = reduction_elems(flat, red, "allreduce_coalesced");
+    at::Tensor buf = flat.is_complex() ? at::view_as_real(flat) : flat;
+    Pending p;
+    p.ops.push_back(comm_->allreduce_coalesced(buf.data_ptr(), buf.data_ptr(), parts, e.dtype, red, memory_of(buf)));
+    p.keep_alive.push_back(buf);
     p.outputs = tensors;
     p.finalizers.push_back([flat, tensors] {
       int64_t off = 0;

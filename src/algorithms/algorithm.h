@@ -40,6 +40,9 @@ struct CollArgs {
   int root = 0;
   // alltoall(v): elements and displacements per peer (filled for alltoall too).
   std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+  // allreduce_coalesced: the number of parts (high 16 bits) and a hash of their sizes (low 48),
+  // so ranks that agree on the total but split it differently disagree (0: one part).
+  uint64_t parts = 0;
   Memory memory;  // where send and recv are (Context::dev is the device for it)
   // CUDA: an event recorded on the caller's stream at the call; the device waits on it before
   // the collective touches the buffers (run_collective; device/cuda.h).

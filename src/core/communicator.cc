@@ -2,6 +2,7 @@
 #include "smddp/communicator.h"
 
 #include "core/communicator_impl.h"
+#include "core/fingerprint.h"
 
 namespace smddp {
 
@@ -73,6 +74,22 @@ Work Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
   CollArgs a;
   a.kind = CollKind::allreduce;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.op = op;
+  a.memory = memory;
+  return impl_->collective(std::move(a));
+}
+
+Work Communicator::allreduce_coalesced(const void* send, void* recv, const std::vector<size_t>& parts,
+                                       DataType type, Reduction op, Memory memory) {
+  size_t count = 0;
+  for (size_t p : parts) count += p;
+  check_reduction(*impl_, type, op, "allreduce_coalesced");
+  impl_->check_count(count, 1, type, "allreduce_coalesced");
+  impl_->check_buffer(send, count, "send", "allreduce_coalesced");
+  impl_->check_buffer(recv, count, "recv", "allreduce_coalesced");
+  CollArgs a;
+  a.kind = CollKind::allreduce;
+  a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.op = op;
+  a.parts = detail::parts_signature(parts);
   a.memory = memory;
   return impl_->collective(std::move(a));
 }

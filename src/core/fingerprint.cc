@@ -1,5 +1,7 @@
 #include "core/fingerprint.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 namespace smddp::detail {
@@ -8,7 +10,7 @@ using algorithms::CollKind;
 
 namespace {
 // kWhat packs kind+1 (bits 0-7), dtype (8-15), op+1 (16-23) and flags (24-31).
-enum Word { kSeq, kWhat, kCount, kRoot, kFactor };
+enum Word { kSeq, kWhat, kCount, kRoot, kFactor, kParts };
 constexpr uint64_t kPerPeerCounts = 1;  // flag: alltoall with per-peer counts
 constexpr uint64_t kCudaMemory = 2;     // flag: the buffers are CUDA memory
 
@@ -26,7 +28,7 @@ bool has_root(CollKind k) {
 }  // namespace
 
 Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a) {
-  static_assert(kFactor < shm::Group::kFingerprintWords);
+  static_assert(kParts < shm::Group::kFingerprintWords);
   Fingerprint fp{};
   fp[kSeq] = coll_seq;
   uint64_t what = static_cast<uint64_t>(a.kind) + 1;  // never zero: an unwritten slot differs
@@ -40,9 +42,19 @@ Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a) {
     }
     if (has_root(a.kind)) fp[kRoot] = static_cast<uint64_t>(a.root);
     if (a.memory.kind == Memory::Kind::cuda) what |= kCudaMemory << 24;
+    fp[kParts] = a.parts;
   }
   fp[kWhat] = what;
   return fp;
+}
+
+uint64_t parts_signature(const std::vector<size_t>& parts) {
+  if (parts.size() <= 1) return 0;
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the sizes
+  for (size_t p : parts)
+    for (int b = 0; b < 8; ++b) h = (h ^ ((p >> (8 * b)) & 0xff)) * 0x100000001b3ULL;
+  const uint64_t n = std::min<size_t>(parts.size(), 0xffff);
+  return (n << 48) | (h & ((uint64_t{1} << 48) - 1));
 }
 
 std::string describe(const Fingerprint& fp) {
@@ -73,6 +85,11 @@ std::string describe(const Fingerprint& fp) {
     if (has_root(kind)) {
       s += ", root ";
       s += std::to_string(fp[kRoot]);
+    }
+    if (fp[kParts]) {
+      char split[24];
+      std::snprintf(split, sizeof split, "%012llx", static_cast<unsigned long long>(fp[kParts] & ((uint64_t{1} << 48) - 1)));
+      s += ", in " + std::to_string(fp[kParts] >> 48) + " parts, split #" + split;
     }
     if (flags_of(fp) & kCudaMemory) s += ", CUDA memory";
   }

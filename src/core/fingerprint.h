@@ -15,9 +15,13 @@ namespace smddp::detail {
 using Fingerprint = shm::Group::Fingerprint;
 
 // Equal on every rank exactly when the ranks agree on the collective's kind, sequence number,
-// dtype, count, reduction (op and premul factor), root and kind of memory (host or CUDA). Fields a kind does not use are zero.
+// dtype, count, reduction (op and premul factor), root, kind of memory (host or CUDA) and, for
+// coalesced calls, how the count splits into parts. Fields a kind does not use are zero.
 // Per-peer counts (alltoallv) are checked by the algorithm itself, pair by pair.
 Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a);
+
+// CollArgs::parts for a coalesced call of these part sizes (0 for a single part).
+uint64_t parts_signature(const std::vector<size_t>& parts);
 
 // "allreduce(f32, 16 elements, sum)".
 std::string describe(const Fingerprint& fp);

@@ -103,6 +103,12 @@ const Case kCases[] = {
        c.allreduce(in, out, 16, DataType::f32, r == 2 ? ReduceOp::max : ReduceOp::sum).wait();
      },
      "ranks 0, 1 called allreduce(f32, 16 elements, sum) as collective #1; rank 2 called allreduce(f32, 16 elements, max)"},
+    {"coalesced split", 2,
+     [](Communicator& c, int r, float* in, float* out) {
+       const std::vector<size_t> parts = r == 0 ? std::vector<size_t>{10, 20} : std::vector<size_t>{20, 10};
+       c.allreduce_coalesced(in, out, parts, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 0 called allreduce(f32, 30 elements, sum, in 2 parts, split #", {}, "rank 1 called allreduce(f32, 30 elements, sum, in 2 parts, split #"},
     {"kind", 2,
      [](Communicator& c, int r, float* in, float* out) {
        if (r == 0) c.allreduce(in, out, 16, DataType::f32, ReduceOp::sum).wait();
@@ -268,6 +274,22 @@ TEST(CrossNodeConsistency, MessageSizeDisagreementIsAnError) {
 
 // The escape hatch (benchmarking only) really turns the check off: the same op mismatch then
 // goes unnoticed, which is what the check exists to prevent.
+// The same split on every rank: one allreduce over the parts, each part summed.
+TEST(Coalesced, SameSplitOnEveryRankReducesEveryPart) {
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator c(store, rank, w);
+    std::vector<float> in(37), out(37, kSentinel);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(rank * 100 + static_cast<int>(i));
+    c.allreduce_coalesced(in.data(), out.data(), {5, 0, 31, 1}, DataType::f32, ReduceOp::sum).wait();
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i] != static_cast<float>(300 + 3 * static_cast<int>(i))) {
+        rep.fail("element " + std::to_string(i) + " is " + std::to_string(out[i]));
+        break;
+      }
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 TEST(ConsistencyOff, MismatchGoesUnnoticedWithTheCheckOff) {
   RunOptions ro;
   ro.env = {{"SMDDP_CHECK_CONSISTENCY", "0"}};

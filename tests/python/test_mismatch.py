@@ -8,7 +8,7 @@ from conftest import WORKERS, assert_all_ok, torchrun
 
 
 @pytest.mark.parametrize("case,nproc", [("count", 2), ("dtype", 2), ("root", 2), ("op", 3), ("kind", 2),
-                                        ("ddp_extra_param", 2)])
+                                        ("coalesced_split", 2), ("ddp_extra_param", 2)])
 def test_mismatch_is_an_error_on_every_rank(smddp_built, case, nproc):
     p = torchrun(os.path.join(WORKERS, "mismatch.py"), nproc, case, timeout=120)
     assert_all_ok(p, nproc)

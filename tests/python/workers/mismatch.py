@@ -2,7 +2,7 @@
 naming both sides within a second, the output is untouched, later calls say the group was
 aborted, and a new process group works. The last rank is the one that differs.
 
-    python3 mismatch.py CASE [NODES]     CASE: count dtype root op kind ddp_extra_param
+    python3 mismatch.py CASE [NODES]     CASE: count dtype root op kind coalesced_split ddp_extra_param
 """
 import os
 import sys
@@ -30,6 +30,8 @@ expect = {
     "root": "called broadcast(f32, 16 elements, root 1)",
     "op": "called allreduce(f32, 16 elements, max)",
     "kind": "called broadcast(f32, 16 elements, root 0)",
+    # the same 20 elements, split 10+10 on one rank and 15+5 on the other
+    "coalesced_split": "called allreduce(f32, 20 elements, sum, in 2 parts, split #",
     # torch's DDP compares the parameter counts itself first (with an agreeing collective),
     # so here the error is torch's and the group stays usable.
     "ddp_extra_param": "DDP expects same model across all ranks",
@@ -54,6 +56,11 @@ def call():
             dist.broadcast(out[:16], src=0)
         else:
             dist.all_reduce(out[:16])
+    elif case == "coalesced_split":
+        import warnings
+        with warnings.catch_warnings():  # all_reduce_coalesced is deprecated in torch, still used
+            warnings.simplefilter("ignore")
+            dist.all_reduce_coalesced([out[:15], out[15:20]] if odd else [out[:10], out[10:20]])
     elif case == "ddp_extra_param":
         layers = [torch.nn.Linear(4, 4)] + ([torch.nn.Linear(4, 4)] if odd else [])
         torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers))
