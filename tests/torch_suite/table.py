@@ -18,7 +18,15 @@ LINE = re.compile(r"^(test_\w+) \([\w.]+\)(?: \.\.\.)? ?(.*)$")
 
 # Tests smddp cannot pass for reasons outside smddp, with the reason (docs/pytorch.md repeats them).
 EXCEPTIONS = {
-    # filled from measured runs only: name -> reason
+    # filled from measured runs only (trixie, torch 2.6, w=2, 2026-11-24): name -> reason
+    "test_ddp_logging_data_cpu": "torch's: DDP logs the process group's backend type, 'custom' for every "
+                                 "plugin backend, and the test expects dist.get_backend()'s 'smddp' "
+                                 "(AssertionError: 'custom' != 'smddp')",
+    "test_get_backend": "the as-gloo runner's: the test asserts the group's backend is named BACKEND, "
+                        "which that runner sets to 'gloo'",
+    "test_monitored_barrier_gloo": "torch 2.6's: monitored_barrier raises 'only implemented for GLOO "
+                                   "backend' for any other backend",
+    "test_monitored_barrier_gloo_subgroup": "torch 2.6's: as test_monitored_barrier_gloo",
 }
 
 
@@ -34,6 +42,8 @@ def parse(path):
                 rest = m.group(2)
             elif pending and line.startswith(("ok", "skipped", "ERROR", "FAIL", "expected failure")):
                 rest = line
+            elif pending and pending not in out and " ... " in line:
+                rest = line.rsplit(" ... ", 1)[1]  # a test with a docstring: "Docstring ... ok"
             else:
                 continue
             rest = rest.strip()
