@@ -142,7 +142,7 @@ struct Group::FifoCtl {
 Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout,
              std::vector<int> global_ranks)
     : rank_(rank), size_(size), cfg_(cfg), fifo_owner_(2 * static_cast<size_t>(size), nullptr),
-      global_(std::move(global_ranks)) {
+      seen_(static_cast<size_t>(size), 0), global_(std::move(global_ranks)) {
   cfg_.slot_bytes = round_up(std::max<size_t>(cfg_.slot_bytes, kPage), kPage);
   size_t fifo = kPage;
   while (fifo < cfg_.fifo_bytes) fifo <<= 1;
@@ -273,8 +273,12 @@ void Group::wait_all(const OpInfo& op) {
   const uint64_t target = step_;
   wait(
       [&] {
-        for (int r = 0; r < size_; ++r)
-          if (rounds_ahead(ctl(r)->step.load(std::memory_order_acquire), target) < 0) return false;
+        for (int r = 0; r < size_; ++r) {
+          // Kept: the word that let this wait end carries the hash the peer announced for this
+          // round; read again later, the peer may have moved on to the next collective.
+          seen_[static_cast<size_t>(r)] = ctl(r)->step.load(std::memory_order_acquire);
+          if (rounds_ahead(seen_[static_cast<size_t>(r)], target) < 0) return false;
+        }
         return true;
       },
       [&] { return behind(target); }, op, "arrive");
@@ -298,10 +302,10 @@ void Group::compare_fingerprints(uint64_t target) {
   bool same = true;
   for (int r = 0; r < size_ && same; ++r) {
     if (r == rank_) continue;
-    // The peer's step word, already in this core's cache from the wait: at this round, its hash
-    // is the one it announced for this collective. A peer past the round may have announced the
-    // next one since; its fingerprint for this one is still in its buffer of this parity.
-    const uint64_t w = ctl(r)->step.load(std::memory_order_acquire);
+    // The peer's step word as the wait saw it: at this round, its hash is the one it announced
+    // for this collective. A peer already past the round then may have announced the next one;
+    // its fingerprint for this one is still in its buffer of this parity.
+    const uint64_t w = seen_[static_cast<size_t>(r)];
     if (rounds_ahead(w, target) == 0 && hash_of(w) == fp_hash_) continue;
     same = std::memcmp(ctl(r)->fingerprint[parity], mine, sizeof(Fingerprint)) == 0;
   }

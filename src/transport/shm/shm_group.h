@@ -150,6 +150,7 @@ class Group {
   uint64_t announcements_ = 0;
   bool fp_pending_ = false;
   uint64_t fp_hash_ = 0;  // of the last announced fingerprint, carried in every step word
+  std::vector<uint64_t> seen_;  // per rank: its step word when the last wait_all() ended
   std::function<void(const std::vector<Fingerprint>&)> on_disagreement_;
   std::vector<int> global_;
   Clock::time_point next_liveness_check_{};
