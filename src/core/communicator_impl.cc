@@ -182,7 +182,9 @@ void CommunicatorImpl::abort_everywhere(const std::string& reason, bool mismatch
 }
 
 void CommunicatorImpl::watch_remote(const OpInfo& op) {
-  shm_->check_progress(-1, op, "respond");  // this node's abort word and the deadline
+  // This node's abort word only: the deadline is the network wait's to enforce, since it knows
+  // which rank it waits for (a deadline check here raced it and named no rank).
+  shm_->throw_if_aborted(op);
   if (store_->check("abort")) {
     auto v = store_->get("abort", std::chrono::seconds(5));
     std::string reason(v.begin(), v.end());
@@ -376,10 +378,11 @@ class NetTransfer {
     if (!h_) h_ = is_send_ ? ep_.send(peer_, buf_, bytes_, tag_) : ep_.recv(peer_, buf_, bytes_, tag_);
     if (ep_.test(h_)) return true;
     auto now = Clock::now();
-    if (now >= next_watch_) {  // abort here or elsewhere, and the deadline
+    if (now >= next_watch_) {  // abort here or elsewhere
       watch_(op);
       next_watch_ = now + std::chrono::milliseconds(20);
     }
+    ep_.throw_if_late(h_, op);
     return false;
   }
 
@@ -423,10 +426,11 @@ class NetOrLocalAnySource {
       return local_->poll(g, op);
     }
     auto now = Clock::now();
-    if (now >= next_watch_) {  // abort here or elsewhere, and the deadline
+    if (now >= next_watch_) {  // abort here or elsewhere
       watch_(op);
       next_watch_ = now + std::chrono::milliseconds(20);
     }
+    ep_.throw_if_late(h_, op);  // "any rank": no message arrived from any node
     return false;
   }
 

@@ -25,7 +25,7 @@ const std::vector<Param>& params() {
       {"SMDDP_OFI_PROVIDER", "", "libfabric provider for traffic between nodes (default: efa, then tcp;ofi_rxm, tcp, sockets; FI_PROVIDER also works)."},
       {"SMDDP_OFI_RAILS", "", "Domains (NICs) the ranks of a node spread over: comma-separated names, or all (default: every NIC for efa/verbs, the first interface for tcp)."},
       {"SMDDP_OFI_REGISTER", "auto", "auto: register buffers with libfabric where the provider asks (FI_MR_LOCAL); always: everywhere (tests the registration paths)."},
-      {"SMDDP_OFI_RMA", "auto", "Collective messages of at least this many bytes go between nodes by RMA write where the provider has it; off: tagged only; auto: 1m over tcp, off elsewhere."},
+      {"SMDDP_OFI_RMA", "auto", "Collective messages of at least this many bytes go between nodes by RMA write where the provider has it; off: tagged only; auto: 1m over native tcp, off over tcp;ofi_rxm (a failing connection mid-write crashes rxm) and elsewhere."},
       {"SMDDP_CUDA_SMS", "8", "Most SMs (thread blocks) a reduction kernel of a CUDA collective launches with; the rest stay with the model's kernels. Logged per device at SMDDP_DEBUG=INFO."},
       {"SMDDP_SPIN", "20000", "Polls of a shared flag before a waiting rank sleeps until a peer arrives (with more local ranks than cores: 64 at most, then brief yields)."},
   };

@@ -71,9 +71,29 @@ struct RmaTicket {
   uint32_t bytes_low = 0;
 };
 
+// The largest message this transport hands libfabric; longer ones go in chunks.
+constexpr size_t kMaxChunk = size_t{1} << 30;
+
+// Settings of libfabric's own that its providers read when they open an endpoint; a value the
+// user set wins. rxm over tcp (tcp;ofi_rxm) sends a message above its eager limit (16 KiB) by
+// rendezvous, with an RMA read of the sender's buffer. libfabric 1.17's tcp reports a read that
+// a failing connection cuts short twice, the second time after freeing it (fixed upstream in
+// 1.18: "prov/tcp: Suspicion of bug where RX entry is freed twice"), and rxm dereferences that
+// report's null context: a link going down mid-message crashed the process as it closed its
+// endpoint (CrossNodeFaults.LinkDown..., about 1 run in 3), a peer dying mid-message could crash
+// it in progress. rxm's rendezvous by RMA write (FI_OFI_RXM_USE_RNDV_WRITE) hung under our
+// traffic. So over tcp every message is eager: tcp places it straight into the posted receive
+// (rxm's dynamic receive buffers; an unexpected one is held whole until its receive is posted),
+// no RMA read ever runs. Measured on namespace hosts in docs/transport-between-nodes.md.
+void configure_providers_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { ::setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kMaxChunk).c_str(), /*overwrite=*/0); });
+}
+
 // rma: also RMA writes with remote completion data (at least 4 bytes of it), and injects big
 // enough for a ticket.
 InfoOwner getinfo(const char* provider, bool rma = false) {
+  configure_providers_once();
   InfoOwner hints = hints_for(provider, rma);
   InfoOwner info;
   if (fi_getinfo(SMDDP_FI_API, nullptr, nullptr, 0, hints.get(), info.out()) != 0) return InfoOwner();
@@ -87,12 +107,22 @@ InfoOwner getinfo(const char* provider, bool rma = false) {
 constexpr uint64_t kTicketChunk = (uint64_t{1} << kChunkBits) - 1;
 constexpr uint64_t kSenderBits = ~uint64_t{0} << (64 - kRankBits);  // make_tag's sender field
 
+// libfabric's rxm over tcp msg endpoints (1.17 here, and its rxm to this day) crashes the
+// receiving process when a connection fails while an RMA write into it is under way: tcp
+// reports the cut write as a cancelled completion with no context, and rxm's error handler
+// (rxm_handle_comp_error) reads a protocol state through that null pointer. A peer that dies,
+// or a link that goes down, mid-write would take the receiver with it (SIGSEGV in fi_close or
+// in progress), where tagged messages give an error naming the rank. docs/reliability.md.
+bool rma_write_cut_crashes(const std::string& provider) {
+  return provider.rfind("tcp", 0) == 0 && provider.find("ofi_rxm") != std::string::npos;
+}
+
 // Collective messages of at least this size go by RMA write (SMDDP_OFI_RMA; 0: never). "auto"
-// is the measured setting per provider: 1 MiB over tcp (docs/transport-between-nodes.md), off
-// elsewhere until measured there.
+// is the measured setting per provider (docs/transport-between-nodes.md): 1 MiB over the native
+// tcp provider; off over tcp;ofi_rxm (rma_write_cut_crashes) and elsewhere until measured there.
 size_t rma_threshold(const std::string& provider) {
   const std::string v = config::get_string("SMDDP_OFI_RMA");
-  if (v == "auto") return provider.rfind("tcp", 0) == 0 ? size_t{1} << 20 : 0;
+  if (v == "auto") return provider.rfind("tcp", 0) == 0 && !rma_write_cut_crashes(provider) ? size_t{1} << 20 : 0;
   if (v.empty() || v == "off" || v == "0") return 0;
   return static_cast<size_t>(std::max<int64_t>(1, config::get_int("SMDDP_OFI_RMA")));
 }
@@ -189,8 +219,8 @@ struct Endpoint::Impl {
     // The endpoint first: closing it discards the operations still posted, which point into
     // the requests (buffers, contexts, RMA tickets and their regions), so those must outlive it.
     // Then the rest in reverse order of opening (members are destroyed in reverse declaration
-    // order). Known defect: after a link went down, libfabric 1.17's rxm can crash inside this
-    // fi_close (CrossNodeFaults.DISABLED_LinkDown..., docs/reliability.md).
+    // order). After a link went down this close flushes the cut transfers: see
+    // configure_providers_once for the rxm crash that made over tcp.
     ep.reset();
     inflight.clear();
   }
@@ -311,6 +341,14 @@ struct Endpoint::Impl {
           r->error = std::string("smddp: libfabric ") + (r->is_send ? "send to" : "receive from") + " rank " +
                      std::to_string(r->peer) + " failed: " + fi_strerror(err.err) + " (provider " + provider +
                      ": " + (ptext ? ptext : "") + ")";
+        } else if (err.flags & FI_REMOTE_CQ_DATA) {
+          // An RMA write into one of our receives, cut short (its connection failed): the
+          // provider has no context of ours for it, only the receive's id in the data.
+          auto it = rma_targets.find(static_cast<uint32_t>(err.data));
+          if (it != rma_targets.end())
+            if (auto r = it->second.lock())
+              r->error = "smddp: libfabric RMA write from rank " + std::to_string(r->peer) + " failed: " +
+                         fi_strerror(err.err) + " (provider " + provider + ")";
         }
         continue;
       }
@@ -374,6 +412,11 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
       break;
     }
   }
+  if (m.rma_min && rma_write_cut_crashes(m.provider)) {
+    SMDDP_LOG(WARN, rank) << "SMDDP_OFI_RMA asks for RMA writes over " << m.provider
+                          << ": libfabric's rxm crashes the receiver if a connection fails mid-write "
+                             "(a peer's death or a link down); tagged messages (SMDDP_OFI_RMA=auto) do not";
+  }
   if (!m.info.get())
     throw SystemError("smddp: rank " + std::to_string(rank) + ": no libfabric provider offers reliable tagged "
                       "messages (tried " + [&] {
@@ -408,7 +451,7 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   m.hmem = (info->caps & FI_HMEM) != 0;
   m.prov_key = (info->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
   m.virt_addr = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
-  m.max_msg = info->ep_attr->max_msg_size ? std::min<size_t>(info->ep_attr->max_msg_size, size_t{1} << 30) : size_t{1} << 30;
+  m.max_msg = info->ep_attr->max_msg_size ? std::min(info->ep_attr->max_msg_size, kMaxChunk) : kMaxChunk;
   check("fi_fabric", fi_fabric(info->fabric_attr, m.fabric.out(), nullptr));
   check("fi_domain", fi_domain(m.fabric.get(), info, m.domain.out(), nullptr));
   fi_cq_attr cq_attr{};
@@ -649,13 +692,18 @@ void Endpoint::wait(const Handle& h, const OpInfo& op, const std::function<void(
       (*watch)();
       next_watch = Clock::now() + std::chrono::milliseconds(20);
     }
-    if (Clock::now() >= op.deadline)
-      throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
-                             " ms waiting to " + (h->is_send ? "send to" : "receive from") + " rank " +
-                             std::to_string(h->peer) + " over libfabric (" + impl_->provider + ")",
-                         {h->peer});
+    throw_if_late(h, op);
     if (++idle > 64) std::this_thread::yield();
   }
+}
+
+void Endpoint::throw_if_late(const Handle& h, const OpInfo& op) const {
+  if (Clock::now() < op.deadline) return;
+  const std::string peer = h->peer >= 0 ? "rank " + std::to_string(h->peer) : std::string("any rank");
+  throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
+                         " ms waiting to " + (h->is_send ? "send to " : "receive from ") + peer + " over libfabric (" +
+                         impl_->provider + ")",
+                     h->peer >= 0 ? std::vector<int>{h->peer} : std::vector<int>{});
 }
 
 }  // namespace smddp::ofi

@@ -80,6 +80,9 @@ class Endpoint {
   // Drives progress until `h` is done or op's deadline passes (TimeoutError naming the peer).
   // `watch`, when set, runs every 20 ms while waiting and may throw (abort from elsewhere).
   void wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch = nullptr);
+  // Throws wait()'s TimeoutError, naming the peer, if op's deadline has passed: for callers that
+  // poll test() themselves.
+  void throw_if_late(const Handle& h, const OpInfo& op) const;
 
  private:
   struct Impl;

@@ -492,9 +492,9 @@ void Group::check_progress(int peer, const OpInfo& op, const char* waiting_for) 
                     global(peer));
   if (now >= op.deadline) {
     const int who = peer >= 0 ? global(peer) : op.peer;
-    if (who < 0)  // a collective waiting on other nodes: the network wait names the rank
+    if (who < 0)  // a receive from any rank, none of which sent
       throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
-                             " ms waiting for ranks on other nodes",
+                             " ms waiting for any rank to " + waiting_for,
                          {});
     throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
                            " ms: rank " + std::to_string(who) + " did not " + waiting_for,

@@ -100,7 +100,8 @@ class Group {
   void release_fifo(bool outgoing, int peer, const void* who);
   bool fifo_claimed(bool outgoing, int peer) const;
   // Throws if the communicator was aborted, the peer is gone, or the deadline passed. peer < 0:
-  // a rank on another node (no liveness check here; the error names op.peer).
+  // the rank is not known yet (a receive from any rank) or on another node: the error names
+  // op.peer where it is known.
   void check_progress(int peer, const OpInfo& op, const char* waiting_for);
 
   // --- failure ---
@@ -110,6 +111,8 @@ class Group {
   bool aborted() const;
   bool aborted_by_mismatch() const;
   std::string abort_reason() const;
+  // Throws AbortedError, with the reason, if the communicator was aborted.
+  void throw_if_aborted(const OpInfo& op) const;
   // Marks this rank as gone (destructor does it): peers waiting on it fail at once.
   void depart();
 
@@ -121,7 +124,6 @@ class Group {
   RankCtl* ctl(int r) const;
   FifoCtl* fifo(int src, int dst) const;
   std::byte* fifo_data(int src, int dst) const;
-  void throw_if_aborted(const OpInfo& op) const;
   // Ranks among `ranks` that died or departed: -1 when none.
   int lost_rank(const std::vector<int>& ranks, std::string* why) const;
   std::vector<int> behind(uint64_t target) const;
