@@ -263,6 +263,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     if (shm_->announcement_pending()) agreement_round(op);  // an algorithm that never synchronised
     scratch_->trim(kScratchKeep);
   } catch (const AbortedError& e) {
+    drain_after_failure(args.memory);
     // Across nodes a rank may hear of a disagreement from a node-mate's abort before finding it
     // itself: the collective it was running failed for that reason, so say so.
     if (!shm_->aborted_by_mismatch()) {
@@ -273,8 +274,27 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     fail(std::make_exception_ptr(m));
     throw m;
   } catch (...) {
+    drain_after_failure(args.memory);
     fail(std::current_exception());
     throw;
+  }
+}
+
+void CommunicatorImpl::drain_after_failure(const Memory& m) noexcept {
+  if (m.kind != Memory::Kind::cuda) return;
+  auto it = cuda_.find(m.device);
+  if (it == cuda_.end() || !it->second.dev) return;
+  try {
+    it->second.dev->fence();
+  } catch (...) {  // a GPU fault: the error on its way says what failed
+  }
+}
+
+CommunicatorImpl::CudaSide::~CudaSide() {
+  if (!dev) return;
+  try {
+    dev->fence();
+  } catch (...) {  // a destructor must not throw; closing the windows is still right
   }
 }
 

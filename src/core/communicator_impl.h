@@ -69,6 +69,9 @@ class CommunicatorImpl {
   // While waiting on the network: throws if this node's group or (via the store) another node
   // aborted, or the deadline passed.
   void watch_remote(const OpInfo& op);
+  // After a failed collective on GPU memory: waits for the copies and kernels it queued, which
+  // still read and write the caller's buffers (freed once the Work fails). Never throws.
+  void drain_after_failure(const Memory& m) noexcept;
   std::string prefix() const;
 
   std::shared_ptr<Store> store_;
@@ -86,6 +89,9 @@ class CommunicatorImpl {
   struct CudaSide {  // per GPU: its stream (device) and IPC windows; the windows close first
     std::unique_ptr<device::Device> dev;
     std::unique_ptr<device::PeerWindows> windows;
+    // The stream drains before the windows close: no queued copy may still read a peer's
+    // memory through a mapping being closed.
+    ~CudaSide();
   };
   std::map<int, CudaSide> cuda_;  // used by run_collective only (one collective at a time)
   std::mutex submit_mu_;  // issue order = sequence order

@@ -24,7 +24,7 @@ int cuda_device_count();
 // src/reduce/reduce_cuda.cu on it, launched with at most SMDDP_CUDA_SMS blocks so a collective
 // occupies at most that many SMs; fence() waits for the stream. Operands a kernel cannot reach
 // (pageable host memory never registered) are reduced on the CPU after the stream drains:
-// correct, and slow, so the communicator registers what it owns (cuda_register_host).
+// correct, and slow; registering what the communicator owns (cuda_register_host) is to come.
 std::unique_ptr<Device> cuda_device(int ordinal);
 
 // Peer windows over CUDA IPC for device memory of the node's other processes, read by the

@@ -87,6 +87,7 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
         // first thread, and keeps it: make it appear before counting.
         std::thread([] {}).join();
 #endif
+        if (opts.before_thread_count) opts.before_thread_count();
         const int threads_before = thread_count();
         {
           auto store = std::make_shared<FileStore>(dir + "/store");

@@ -34,6 +34,9 @@ struct RunOptions {
   std::vector<std::string> netns;
   // Per rank: extra environment (e.g. SMDDP_NODE_ID of the pretend host it runs on).
   std::vector<std::vector<std::pair<std::string, std::string>>> rank_env;
+  // Runs in each rank before its threads are counted (the leak check): for a library that starts
+  // threads for the process's life when first used, such as the CUDA driver's.
+  std::function<void()> before_thread_count;
 };
 
 // Pretend hosts for a test (tools/netns): network namespaces joined through a bridge. Removed

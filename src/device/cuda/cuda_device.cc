@@ -58,9 +58,9 @@ class CudaDevice final : public cuda::StreamDevice {
 
   void reduce(const reduce::ReduceArgs& a) override {
     if (a.count == 0) return;
-    if (a.nsrc < 1 || a.nsrc > reduce::cuda::kMaxSources)
-      throw InvalidArgument("smddp: cuda: a reduction of " + std::to_string(a.nsrc) + " sources (at most " +
-                            std::to_string(reduce::cuda::kMaxSources) + ")");
+    if (a.nsrc < 1) throw SystemError("smddp: cuda: a reduction of " + std::to_string(a.nsrc) + " sources");
+    // More sources than a kernel takes (a node of over 16 ranks): the CPU path, correct and slow.
+    if (a.nsrc > reduce::cuda::kMaxSources) return reduce_on_host(a);
     const void* srcs[reduce::cuda::kMaxSources];
     void* dst = const_cast<void*>(device_view(a.dst));
     bool reachable = dst != nullptr;
@@ -87,7 +87,12 @@ class CudaDevice final : public cuda::StreamDevice {
     auto on_host = [&](const void* p) -> const void* {
       if (!device_view(p)) return p;  // host memory already
       staged.emplace_back(bytes);
-      cuda::check(cudaMemcpy(staged.back().data(), p, bytes, cudaMemcpyDefault), "cudaMemcpy (device to host)");
+      cuda::make_current(ordinal_);
+      // On our stream, not the legacy default stream (which our non-blocking stream does not
+      // order against), then waited for.
+      cuda::check(cudaMemcpyAsync(staged.back().data(), p, bytes, cudaMemcpyDefault, stream_),
+                  "cudaMemcpyAsync (device to host)");
+      fence();
       return staged.back().data();
     };
     std::vector<const void*> srcs;
@@ -98,8 +103,15 @@ class CudaDevice final : public cuda::StreamDevice {
     h.dst = dst_on_device ? out.data() : a.dst;
     h.srcs = srcs.data();
     reduce::reduce(h);
-    if (dst_on_device)
-      cuda::check(cudaMemcpy(a.dst, out.data(), bytes, cudaMemcpyDefault), "cudaMemcpy (host to device)");
+    if (dst_on_device) {
+      // cudaMemcpy from pageable memory may return before the data landed, on the legacy stream:
+      // copy on ours and wait, so the next copy or a peer's read sees the result (and `out`
+      // outlives the transfer).
+      cuda::make_current(ordinal_);
+      cuda::check(cudaMemcpyAsync(a.dst, out.data(), bytes, cudaMemcpyDefault, stream_),
+                  "cudaMemcpyAsync (host to device)");
+      fence();
+    }
   }
 
   int ordinal_;

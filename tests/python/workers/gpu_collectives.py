@@ -2,8 +2,9 @@
 through gloo in the same run: allreduce (every dtype x op the two share, AVG and PREMUL_SUM by a
 local reference), broadcast, reduce, all_gather(_into_tensor), reduce_scatter(_tensor), the
 coalesced forms, a non-contiguous tensor, stream order (the input still being written on the
-caller's stream at the call), an unawaited work, the future's device (DDP's comm hooks), and
-DDP with CUDA tensors against DDP on CPU over gloo. Ranks share the GPUs there are."""
+caller's stream at the call: a side stream, and torch's default stream), an unawaited work,
+the future's device (DDP's comm hooks), and DDP with CUDA tensors against DDP on CPU over gloo.
+Ranks share the GPUs there are."""
 import datetime
 import os
 
@@ -103,6 +104,17 @@ with torch.cuda.stream(side):
 w.wait()
 torch.cuda.synchronize(dev)
 check("stream order", same(big.cpu(), torch.full((1 << 22,), 20.0 * world), True))
+
+# stream order on torch's default stream (a null handle, the legacy stream; where DDP copies
+# gradients into its buckets): a kernel that sleeps ~50 ms holds the stream, then the input is
+# written there. A collective not ordered after it reads the old zeros.
+d = torch.zeros(1 << 20, device=dev)
+torch.cuda.synchronize(dev)
+torch.cuda._sleep(100_000_000)  # GPU cycles: tens of ms on any GPU we run on
+d.fill_(3.0)
+dist.all_reduce(d)
+torch.cuda.synchronize(dev)
+check("stream order on the default stream", same(d.cpu(), torch.full((1 << 20,), 3.0 * world), True))
 
 # the future carries the device and its value is the result (DDP's comm hooks)
 f = dist.all_reduce(torch.ones(3, device=dev), async_op=True).get_future()
