@@ -19,6 +19,7 @@
 #include "smddp/errors.h"
 #include "topology/pci.h"
 #include "transport/ofi/fid.h"
+#include "transport/ofi/job_key.h"
 #include "transport/ofi/rails.h"
 #include "transport/ofi/region_cache.h"
 
@@ -214,6 +215,13 @@ struct Endpoint::Impl {
   std::unordered_map<uint32_t, std::weak_ptr<Request>> rma_targets;  // RMA receivers by id
   std::mutex mu;  // FI_THREAD_DOMAIN: one thread in the domain at a time
   std::unordered_set<std::shared_ptr<Request>> inflight;
+  // The communicator's key (job_key.h), XORed into every tag and RMA completion datum on the
+  // wire; the sweep that drops queued messages carrying another.
+  uint64_t key = 0;
+  std::unique_ptr<ForeignSweep> sweep;
+  ChunkCtx sweep_ctx{};  // the context of the sweep's looks (req stays null)
+  uint64_t wire(uint64_t tag) const { return tag ^ key; }
+  uint64_t wire_data(uint32_t id) const { return id ^ static_cast<uint32_t>(key); }
 
   ~Impl() {
     // The endpoint first: closing it discards the operations still posted, which point into
@@ -223,6 +231,10 @@ struct Endpoint::Impl {
     // configure_providers_once for the rxm crash that made over tcp.
     ep.reset();
     inflight.clear();
+    if (sweep && sweep->dropped()) {
+      SMDDP_LOG(INFO, rank) << "libfabric: " << sweep->dropped()
+                            << " messages from outside this communicator were dropped in its lifetime";
+    }
   }
 
   void fail(Request& r, const char* what, ssize_t rc) {
@@ -257,7 +269,7 @@ struct Endpoint::Impl {
       const size_t len = std::min(max_msg, r->bytes - std::min(r->bytes, off));
       ChunkCtx& c = r->ctx[i];
       c.req = r.get();
-      const uint64_t tag = r->first_tag + i;
+      const uint64_t tag = wire(r->first_tag + i);
       const uint64_t ignore = r->any_source ? kSenderBits : 0;
       ssize_t rc = r->is_send
                        ? fi_tsend(ep.get(), r->sbuf + off, len, r->desc, addrs[static_cast<size_t>(r->peer)], tag, &c.ctx)
@@ -276,7 +288,7 @@ struct Endpoint::Impl {
     ssize_t rc = 0;
     if (!r.is_send) {  // the ticket goes out once; the data arrives by itself
       if (r.ticket_sent) return;
-      rc = fi_tinject(ep.get(), &r.ticket, sizeof r.ticket, addrs[static_cast<size_t>(r.peer)], r.ticket_tag);
+      rc = fi_tinject(ep.get(), &r.ticket, sizeof r.ticket, addrs[static_cast<size_t>(r.peer)], wire(r.ticket_tag));
       if (rc == -FI_EAGAIN) return progress();
       if (rc != 0) return fail(r, "fi_tinject (RMA ticket)", rc);
       r.ticket_sent = true;
@@ -284,7 +296,8 @@ struct Endpoint::Impl {
     }
     if (r.posted == 0) {
       r.ctx[0].req = &r;
-      rc = fi_trecv(ep.get(), &r.ticket, sizeof r.ticket, r.ticket_desc, FI_ADDR_UNSPEC, r.ticket_tag, 0, &r.ctx[0].ctx);
+      rc = fi_trecv(ep.get(), &r.ticket, sizeof r.ticket, r.ticket_desc, FI_ADDR_UNSPEC, wire(r.ticket_tag), 0,
+                    &r.ctx[0].ctx);
       if (rc == -FI_EAGAIN) return progress();
       if (rc != 0) return fail(r, "fi_trecv (RMA ticket)", rc);
       r.posted = 1;
@@ -297,7 +310,7 @@ struct Endpoint::Impl {
       const size_t len = std::min(max_msg, r.bytes - std::min(r.bytes, off));
       ChunkCtx& c = r.ctx[r.posted];
       c.req = &r;
-      rc = fi_writedata(ep.get(), r.sbuf + off, len, r.desc, r.ticket.id, addrs[static_cast<size_t>(r.peer)],
+      rc = fi_writedata(ep.get(), r.sbuf + off, len, r.desc, wire_data(r.ticket.id), addrs[static_cast<size_t>(r.peer)],
                         r.ticket.addr + off, r.ticket.key, &c.ctx);
       if (rc == -FI_EAGAIN) return progress();
       if (rc != 0) return fail(r, "fi_writedata", rc);
@@ -307,6 +320,10 @@ struct Endpoint::Impl {
 
   // Reads completions, then posts the chunks that were refused for lack of room.
   void drive();
+  // Posts the sweep's next look for foreign messages, if one is due (job_key.h).
+  void sweep_foreign();
+  // What a look came back with.
+  void sweep_result(bool found, uint64_t wire_tag, int err);
 
   // The memory descriptor of a transfer's buffer where the provider wants one: the cached
   // region's registration, else one for this transfer alone (held by the request).
@@ -331,7 +348,9 @@ struct Endpoint::Impl {
         if (fi_cq_readerr(cq.get(), &err, 0) < 0) return;
         char prov[256] = {};
         const char* ptext = fi_cq_strerror(cq.get(), err.prov_errno, err.err_data, prov, sizeof prov);
-        if (err.op_context) {
+        if (err.op_context == &sweep_ctx.ctx) {
+          sweep_result(false, 0, err.err);
+        } else if (err.op_context) {
           Request* r = reinterpret_cast<ChunkCtx*>(err.op_context)->req;
           r->failed++;
           if (err.err == FI_ETRUNC && !r->is_send) {  // the sender's message is larger
@@ -344,7 +363,7 @@ struct Endpoint::Impl {
         } else if (err.flags & FI_REMOTE_CQ_DATA) {
           // An RMA write into one of our receives, cut short (its connection failed): the
           // provider has no context of ours for it, only the receive's id in the data.
-          auto it = rma_targets.find(static_cast<uint32_t>(err.data));
+          auto it = rma_targets.find(static_cast<uint32_t>(wire_data(static_cast<uint32_t>(err.data))));
           if (it != rma_targets.end())
             if (auto r = it->second.lock())
               r->error = "smddp: libfabric RMA write from rank " + std::to_string(r->peer) + " failed: " +
@@ -354,15 +373,19 @@ struct Endpoint::Impl {
       }
       if (n < 0) throw SystemError(fi_error("fi_cq_read", n));
       for (ssize_t k = 0; k < n; ++k) {
+        if (e[k].op_context == &sweep_ctx.ctx) {
+          sweep_result(true, e[k].tag, 0);
+          continue;
+        }
         if (e[k].flags & FI_REMOTE_CQ_DATA) {  // a chunk written into one of our RMA receives
-          auto it = rma_targets.find(static_cast<uint32_t>(e[k].data));
+          auto it = rma_targets.find(static_cast<uint32_t>(wire_data(static_cast<uint32_t>(e[k].data))));
           if (it != rma_targets.end())
             if (auto r = it->second.lock()) r->remote_done++;
           continue;
         }
         auto* c = reinterpret_cast<ChunkCtx*>(e[k].op_context);
         c->req->completed++;
-        if (c->req->any_source) c->req->peer = static_cast<int>(e[k].tag >> (64 - kRankBits));
+        if (c->req->any_source) c->req->peer = static_cast<int>(wire(e[k].tag) >> (64 - kRankBits));
         if ((e[k].flags & FI_RECV) && c->req->error.empty()) check_length(*c->req, *c, e[k].len);
       }
     }
@@ -466,6 +489,11 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   check("fi_ep_bind(av)", fi_ep_bind(m.ep.get(), &m.av.get()->fid, 0));
   check("fi_enable", fi_enable(m.ep.get()));
 
+  // The communicator's key, before any address is known to anyone (job_key.h).
+  if (rank == 0) store.set(kJobTokenKey, new_job_token());
+  m.key = job_key(store.get(kJobTokenKey, timeout));
+  m.sweep = std::make_unique<ForeignSweep>(m.key, constant_tag_bits(size, kRankBits), std::chrono::milliseconds(100));
+
   std::vector<uint8_t> name(256);
   size_t len = name.size();
   check("fi_getname", fi_getname(&m.ep.get()->fid, name.data(), &len));
@@ -482,7 +510,9 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
                         << (m.num_rails == 1 ? " rail" : " rails") << " on this node)"
                         << (m.rma_min ? ", RMA writes from " + std::to_string(m.rma_min) + " B" : std::string())
                         << ", max message "
-                        << m.max_msg << " B" << (m.need_mr ? ", local memory registration" : "");
+                        << m.max_msg << " B" << (m.need_mr ? ", local memory registration" : "")
+                        << ", job key from the Store's token (foreign messages swept over " << m.sweep->bits().size()
+                        << " tag bits)";
 }
 
 Endpoint::~Endpoint() = default;
@@ -562,6 +592,7 @@ Endpoint::Handle Endpoint::recv(int peer, void* buf, size_t bytes, uint32_t tag)
 
 void Endpoint::Impl::drive() {
   progress();
+  sweep_foreign();
   for (auto it = inflight.begin(); it != inflight.end();) {
     const auto& r = *it;
     if (r->error.empty() && (r->rma ? !r->done() : r->posted < r->ops)) post(r);
@@ -573,6 +604,43 @@ void Endpoint::Impl::drive() {
     if (r->rma && !r->is_send) rma_targets.erase(r->ticket.id);
     it = inflight.erase(it);
   }
+}
+
+void Endpoint::Impl::sweep_foreign() {
+  uint64_t tag = 0, ignore = 0;
+  if (!sweep || !sweep->next(Clock::now(), &tag, &ignore)) return;
+  fi_msg_tagged msg{};
+  msg.addr = FI_ADDR_UNSPEC;
+  msg.tag = tag;
+  msg.ignore = ignore;
+  msg.context = &sweep_ctx.ctx;
+  // Looks at the queue of unexpected messages only: one that matches is discarded there, never
+  // placed anywhere of ours; its completion carries its tag.
+  const ssize_t rc = fi_trecvmsg(ep.get(), &msg, FI_PEEK | FI_DISCARD);
+  if (rc == -FI_EAGAIN) return sweep->found_none(Clock::now());  // looked at again next round
+  if (rc != 0) {
+    sweep->disable();
+    SMDDP_LOG(INFO, rank) << "libfabric provider " << provider << " cannot look for queued messages (FI_PEEK: "
+                          << fi_strerror(static_cast<int>(-rc)) << "): messages from outside this communicator "
+                          << "still match none of its receives, but stay queued and are not counted";
+  }
+}
+
+void Endpoint::Impl::sweep_result(bool found, uint64_t wire_tag, int err) {
+  if (found) {
+    const size_t n = sweep->discarded(wire_tag);
+    if (n <= 8 || (n & (n - 1)) == 0) {  // the first few, then at powers of two
+      SMDDP_LOG(INFO, rank) << "libfabric: dropped a message from outside this communicator (tag " << hex_tag(wire_tag)
+                            << " on the wire: its key is not this communicator's, so it is another job's or a "
+                               "stale rank's of a finished one; docs/security.md); "
+                            << n << " dropped so far";
+    }
+    return;
+  }
+  if (err == FI_ENOMSG) return sweep->found_none(Clock::now());
+  sweep->disable();
+  SMDDP_LOG(INFO, rank) << "libfabric provider " << provider << " failed a look for queued messages ("
+                        << fi_strerror(err) << "): no more sweeps for messages from outside this communicator";
 }
 
 Endpoint::Handle Endpoint::recv_any(void* buf, size_t bytes, uint32_t tag) {
@@ -650,6 +718,11 @@ void Endpoint::unregister_region(const void* buf) {
 }
 
 bool Endpoint::registers_memory() const { return impl_->need_mr; }
+
+size_t Endpoint::foreign_messages_dropped() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->sweep ? impl_->sweep->dropped() : 0;
+}
 
 size_t Endpoint::transfer_registrations() const {
   std::lock_guard<std::mutex> g(impl_->mu);

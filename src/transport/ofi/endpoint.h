@@ -4,7 +4,8 @@
 // tcp, sockets that offers FI_EP_RDM with tagged messages. Addresses travel through the Store.
 // Never assumes order between messages (EFA's SRD delivers out of order): every message is
 // matched by its 64-bit tag, which carries the sender's rank, the caller's tag and a chunk
-// index (messages above the provider's max_msg_size are cut into chunks). Completion-queue
+// index (messages above the provider's max_msg_size are cut into chunks), XORed with the
+// communicator's key (job_key.h: nothing from outside the communicator matches a receive). Completion-queue
 // errors become SystemErrors with fi_strerror and the provider's own text; -FI_EAGAIN is met by
 // driving progress (reading the completion queue) and trying again.
 #pragma once
@@ -67,6 +68,9 @@ class Endpoint {
   bool registers_memory() const;
   // Registrations made for single transfers so far (a buffer outside every region).
   size_t transfer_registrations() const;
+
+  // Messages from outside this communicator (another key: job_key.h) found queued and dropped.
+  size_t foreign_messages_dropped() const;
 
   // Reads completions; true once `h` is done. Throws SystemError on a completion error.
   bool test(const Handle& h);
