@@ -1,4 +1,5 @@
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -44,6 +45,61 @@ def assert_all_ok(p, nproc):
     assert p.returncode == 0, out[-6000:]
     for r in range(nproc):
         assert f"rank {r} ALL OK" in p.stdout, out[-6000:]
+
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
+
+
+def launcher_env(extra):
+    """The test's environment with extra launcher variables and none of torchrun's."""
+    return {k: v for k, v in child_env(extra).items() if k not in TORCHRUN_VARS}
+
+
+# --- network-namespace hosts (tools/netns) ---
+NETNS = os.path.join(REPO, "tools", "netns")
+needs_hosts = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
+                                 reason="network-namespace hosts need root and iproute2")
+
+
+class NamespaceHosts:
+    """Pretend hosts; each host's name is its namespace's and resolves inside every host. What a
+    site would set per host (SMDDP_NODE_ID: the pretend hosts share one kernel; the link for
+    libfabric's tcp provider and gloo) is set as tests/launchers/netns_ssh sets it."""
+
+    def __init__(self, n):
+        self.id = subprocess.run([NETNS, "up", str(n)], capture_output=True, text=True, check=True).stdout.strip()
+        self.names = [f"smddp-{self.id}-h{i}" for i in range(n)]
+
+    def site_env(self, i, extra):
+        return launcher_env(dict(extra, SMDDP_NODE_ID=self.names[i], FI_TCP_IFACE="eth0", GLOO_SOCKET_IFNAME="eth0"))
+
+    def torchrun(self, script, nproc_per_host, *args, timeout=600, env=None):
+        """torchrun on every host (--nnodes, --node_rank, host 0 the master); returns
+        (return codes, the hosts' outputs joined). Every launcher is killed on a timeout."""
+        port = str(free_port())
+        procs = []
+        for i, name in enumerate(self.names):
+            cmd = ["ip", "netns", "exec", name, sys.executable, "-m", "torch.distributed.run",
+                   f"--nnodes={len(self.names)}", f"--node_rank={i}", f"--nproc_per_node={nproc_per_host}",
+                   f"--master_addr={self.names[0]}", f"--master_port={port}", script, *args]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          env=self.site_env(i, env or {}), cwd=REPO))
+        outs = []
+        try:
+            for p in procs:
+                outs.append(p.communicate(timeout=timeout)[0])
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        return [p.returncode for p in procs], "".join(outs)
+
+    def close(self):
+        subprocess.run([NETNS, "down", self.id], capture_output=True)
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert f"smddp-{self.id}-" not in left, left
 
 
 @pytest.fixture

@@ -11,16 +11,7 @@ import sys
 
 import pytest
 
-from conftest import WORKERS, child_env, REPO
-
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
-
-
-def launcher_env(extra):
-    """The test's environment with extra launcher variables and none of torchrun's."""
-    return {k: v for k, v in child_env(extra).items() if k not in TORCHRUN_VARS}
-
+from conftest import WORKERS, REPO, NamespaceHosts, launcher_env, needs_hosts
 
 def _launch_env():
     # The module alone, from the source tree: it needs only the standard library.
@@ -119,26 +110,7 @@ def test_mpirun_np4_runs_an_smddp_1_3_style_script(smddp_built):
 # Each host's name is its namespace's and resolves inside every host; what a site would set per
 # host (SMDDP_NODE_ID: the pretend hosts share one kernel; the link for libfabric's tcp provider
 # and gloo) is set as tests/launchers/netns_ssh sets it.
-NETNS = os.path.join(REPO, "tools", "netns")
 LAUNCHERS = os.path.join(REPO, "tests", "launchers")
-needs_hosts = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
-                                 reason="network-namespace hosts need root and iproute2")
-
-
-class NamespaceHosts:
-    def __init__(self, n):
-        self.id = subprocess.run([NETNS, "up", str(n)], capture_output=True, text=True, check=True).stdout.strip()
-        self.names = [f"smddp-{self.id}-h{i}" for i in range(n)]
-
-    def site_env(self, i, extra):
-        return launcher_env(dict(extra, SMDDP_NODE_ID=self.names[i], FI_TCP_IFACE="eth0", GLOO_SOCKET_IFNAME="eth0"))
-
-    def close(self):
-        subprocess.run([NETNS, "down", self.id], capture_output=True)
-        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert f"smddp-{self.id}-" not in left, left
-
-
 def assert_two_hosts_ok(out, world=4):
     for r in range(world):
         assert f"rank {r} ALL OK" in out, out[-8000:]

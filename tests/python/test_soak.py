@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import WORKERS, assert_all_ok, torchrun
+from conftest import WORKERS, NamespaceHosts, assert_all_ok, needs_hosts, torchrun
 
 
 @pytest.mark.parametrize("nproc,nodes,ops", [(2, 1, 1500), (3, 1, 1000), (4, 1, 600), (4, 2, 400)],
@@ -12,3 +12,19 @@ from conftest import WORKERS, assert_all_ok, torchrun
 def test_random_collectives_match_the_oracle(smddp_built, nproc, nodes, ops):
     p = torchrun(os.path.join(WORKERS, "soak.py"), nproc, str(ops), "11", str(nodes), timeout=600)
     assert_all_ok(p, nproc)
+
+
+@needs_hosts
+def test_random_collectives_on_two_namespace_hosts_match_the_oracle(smddp_built):
+    """The same soak on two pretend hosts x 2 ranks (tools/netns: libfabric tcp over veth links,
+    torchrun on each host as users start multi-node jobs)."""
+    hosts = NamespaceHosts(2)
+    try:
+        codes, out = hosts.torchrun(os.path.join(WORKERS, "soak.py"), 2, "300", "12", timeout=600,
+                                    env={"SMDDP_DEBUG": "INFO"})
+    finally:
+        hosts.close()
+    assert codes == [0, 0], out[-6000:]
+    for r in range(4):
+        assert f"rank {r} ALL OK" in out, out[-6000:]
+    assert "topology: 2 nodes" in out, "smddp did not see two nodes:\n" + out[-6000:]

@@ -19,6 +19,8 @@ import sys
 OPS, SEED = int(sys.argv[1]), int(sys.argv[2])
 NODES = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+# Where the ranks are: pretend nodes, or the hosts a multi-node launcher placed them on.
+WHERE = f"{NODES} node(s)" if NODES > 1 or "SMDDP_NODE_ID" not in os.environ else f"host {os.environ['SMDDP_NODE_ID']}"
 if NODES > 1:
     os.environ["SMDDP_NODE_ID"] = f"soak-node{RANK * NODES // WORLD}"
     os.environ.setdefault("FI_TCP_IFACE", "lo")
@@ -209,4 +211,4 @@ for i in range(OPS):
 
 dist.barrier()
 dist.destroy_process_group()
-print(f"rank {RANK} ALL OK {checks} checks of {OPS} random collectives (seed {SEED}, {NODES} node(s))", flush=True)
+print(f"rank {RANK} ALL OK {checks} checks of {OPS} random collectives (seed {SEED}, {WHERE})", flush=True)
