@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <string>
 
+#include "smddp/errors.h"
 #include "transport/shm/shm_segment.h"
 
 namespace smddp::shm {
@@ -41,6 +42,31 @@ TEST(ShmSegment, AnotherUserCannotOpenASegment) {
   EXPECT_NE(WEXITSTATUS(status), 2) << "the child could not become nobody";
   EXPECT_NE(WEXITSTATUS(status), 3) << "shm_open failed, but not with EACCES";
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// The other direction: a name (as the Store would hand it) that points at a segment another
+// user made, even one anybody may read and write, is refused rather than mapped.
+TEST(ShmSegment, ASegmentOfAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to become another user (nobody) in a child process";
+  const std::string name = "/smddp-foreign-test-" + std::to_string(::getpid());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0666);
+    if (fd < 0 || ::fchmod(fd, 0666) != 0 || ::ftruncate(fd, 4096) != 0) ::_exit(3);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not make its segment";
+  try {
+    Segment s = Segment::open(name, 4096);
+    ADD_FAILURE() << "another user's segment was mapped";
+  } catch (const SystemError& e) {
+    EXPECT_NE(std::string(e.what()).find("belongs to uid 65534"), std::string::npos) << e.what();
+  }
+  ::shm_unlink(name.c_str());
 }
 
 }  // namespace

@@ -56,6 +56,13 @@ Segment Segment::open(const std::string& name, size_t bytes) {
     ::close(fd);
     throw SystemError("smddp: shared memory '" + name + "' is smaller than expected");
   }
+  // Only a segment of this user's (rank 0 of the node created it, mode 0600): a name in the Store
+  // that points at another user's segment, however readable, is refused (docs/security.md).
+  if (st.st_uid != ::geteuid()) {
+    ::close(fd);
+    throw SystemError("smddp: shared memory '" + name + "' belongs to uid " + std::to_string(st.st_uid) +
+                      ", not to this process's (" + std::to_string(::geteuid()) + ")");
+  }
   Segment s;
   s.name_ = name;
   try {
