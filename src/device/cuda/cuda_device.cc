@@ -1,4 +1,5 @@
 // The CUDA Device: copies and reductions queued on one stream per communicator. See cuda.h.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,7 +33,7 @@ const void* device_view(const void* p) {
 class CudaDevice final : public cuda::StreamDevice {
  public:
   explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
-    cuda::check(cudaSetDevice(ordinal), "cudaSetDevice");
+    cuda::DeviceScope on(ordinal);  // the stream is made on its GPU; the caller keeps its own
     cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     int sms = 0;
     cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
@@ -41,6 +42,7 @@ class CudaDevice final : public cuda::StreamDevice {
                         << " of its " << sms << " SMs (SMDDP_CUDA_SMS)";
   }
   ~CudaDevice() override {
+    cuda::DeviceScope on(ordinal_, /*nothrow=*/true);
     cudaStreamSynchronize(stream_);  // nothing may still read or write buffers about to be freed
     cudaStreamDestroy(stream_);
   }
@@ -50,7 +52,7 @@ class CudaDevice final : public cuda::StreamDevice {
 
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst == src || bytes == 0) return;
-    cuda::make_current(ordinal_);
+    cuda::DeviceScope on(ordinal_);
     // cudaMemcpyDefault: the direction comes from the pointers (unified addressing). A pageable
     // source is staged by the driver before this returns, so the caller may reuse it at once.
     cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
@@ -60,13 +62,13 @@ class CudaDevice final : public cuda::StreamDevice {
     if (a.count == 0) return;
     if (a.nsrc < 1) throw SystemError("smddp: cuda: a reduction of " + std::to_string(a.nsrc) + " sources");
     // More sources than a kernel takes (a node of over 16 ranks): the CPU path, correct and slow.
+    cuda::DeviceScope on(ordinal_);  // device_view asks about the current GPU
     if (a.nsrc > reduce::cuda::kMaxSources) return reduce_on_host(a);
     const void* srcs[reduce::cuda::kMaxSources];
     void* dst = const_cast<void*>(device_view(a.dst));
     bool reachable = dst != nullptr;
     for (int i = 0; i < a.nsrc && reachable; ++i) reachable = (srcs[i] = device_view(a.srcs[i])) != nullptr;
     if (!reachable) return reduce_on_host(a);
-    cuda::make_current(ordinal_);
     reduce::ReduceArgs d = a;
     d.dst = dst;
     d.srcs = srcs;
@@ -87,7 +89,6 @@ class CudaDevice final : public cuda::StreamDevice {
     auto on_host = [&](const void* p) -> const void* {
       if (!device_view(p)) return p;  // host memory already
       staged.emplace_back(bytes);
-      cuda::make_current(ordinal_);
       // On our stream, not the legacy default stream (which our non-blocking stream does not
       // order against), then waited for.
       cuda::check(cudaMemcpyAsync(staged.back().data(), p, bytes, cudaMemcpyDefault, stream_),
@@ -107,7 +108,6 @@ class CudaDevice final : public cuda::StreamDevice {
       // cudaMemcpy from pageable memory may return before the data landed, on the legacy stream:
       // copy on ours and wait, so the next copy or a peer's read sees the result (and `out`
       // outlives the transfer).
-      cuda::make_current(ordinal_);
       cuda::check(cudaMemcpyAsync(a.dst, out.data(), bytes, cudaMemcpyDefault, stream_),
                   "cudaMemcpyAsync (host to device)");
       fence();
@@ -145,17 +145,45 @@ int cuda_device_count() {
   return n;
 }
 
+namespace cuda {
+
+bool primary_context_active(int ordinal) {
+  using DeviceGet = CUresult (*)(CUdevice*, int);
+  using PrimaryCtxGetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  static const auto fns = [] {
+    auto entry = [](const char* name) -> void* {
+      void* p = nullptr;
+      cudaDriverEntryPointQueryResult q{};
+      if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+          q != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        return nullptr;
+      }
+      return p;
+    };
+    return std::make_pair(reinterpret_cast<DeviceGet>(entry("cuDeviceGet")),
+                          reinterpret_cast<PrimaryCtxGetState>(entry("cuDevicePrimaryCtxGetState")));
+  }();
+  if (!fns.first || !fns.second) return false;
+  CUdevice dev = 0;
+  unsigned int flags = 0;
+  int active = 0;
+  return fns.first(&dev, ordinal) == CUDA_SUCCESS && fns.second(dev, &flags, &active) == CUDA_SUCCESS && active;
+}
+
+}  // namespace cuda
+
 std::unique_ptr<Device> cuda_device(int ordinal) { return std::make_unique<CudaDevice>(ordinal); }
 
 std::shared_ptr<void> cuda_event_after(void* stream, int device) {
-  int was = 0;
-  cuda::check(cudaGetDevice(&was), "cudaGetDevice");
-  cuda::check(cudaSetDevice(device), "cudaSetDevice");
   cudaEvent_t ev = nullptr;
-  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-  if (e == cudaSuccess) e = cudaEventRecord(ev, static_cast<cudaStream_t>(stream));
-  if (e != cudaSuccess && ev) cudaEventDestroy(ev);
-  cudaSetDevice(was);
+  cudaError_t e = cudaSuccess;
+  {
+    cuda::DeviceScope on(device);
+    e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(ev, static_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess && ev) cudaEventDestroy(ev);
+  }
   cuda::check(e, "recording an event on the caller's stream");
   return std::shared_ptr<void>(ev, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
 }

@@ -10,13 +10,14 @@
 //    handle, so a stale mapping is never found for it. At most kCacheEntries stay open (least
 //    recently used closed first); the rest close with the windows (communicator destruction).
 //  - A handle cannot be opened in the process that made it: ranks of one process (tests) get
-//    the address itself.
+//    the address itself. "The same process" is told by a random id drawn once per process, not
+//    by the pid, which repeats across PID namespaces (containers on one node).
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <unistd.h>
 
 #include <array>
 #include <cstring>
+#include <random>
 #include <list>
 #include <map>
 #include <string>
@@ -33,10 +34,19 @@ struct IpcDescriptor {
   uint64_t offset;   // of the exposed range in the allocation
   uint64_t bytes;    // exposed
   uint64_t address;  // in the exporting process (used when the peer is this process)
-  int32_t pid;
+  uint32_t process;  // this_process(): who made the descriptor
   int32_t device;
 };
 static_assert(sizeof(IpcDescriptor) <= PeerWindows::kDescriptorBytes);
+
+// A random id of this process, the same for all its threads.
+uint32_t this_process() {
+  static const uint32_t id = [] {
+    std::random_device rd;
+    return static_cast<uint32_t>(rd());
+  }();
+  return id;
+}
 
 using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 
@@ -60,6 +70,7 @@ class CudaIpcWindows final : public PeerWindows {
 
   explicit CudaIpcWindows(cuda::StreamDevice& dev) : dev_(dev) {}
   ~CudaIpcWindows() override {
+    cuda::DeviceScope on(dev_.ordinal(), /*nothrow=*/true);  // where the mappings were made
     for (auto& e : lru_) cudaIpcCloseMemHandle(e.mapped);
   }
   const char* name() const override { return "cuda_ipc"; }
@@ -70,6 +81,7 @@ class CudaIpcWindows final : public PeerWindows {
       (void)cudaGetLastError();
       return false;
     }
+    cuda::DeviceScope on(attr.device);  // the driver call below needs the buffer's context current
     const GetAddressRange range = address_range_fn();
     CUdeviceptr base = 0;
     size_t size = 0;
@@ -82,7 +94,7 @@ class CudaIpcWindows final : public PeerWindows {
     d.offset = reinterpret_cast<uint64_t>(p) - base;
     d.bytes = bytes;
     d.address = reinterpret_cast<uint64_t>(p);
-    d.pid = static_cast<int32_t>(::getpid());
+    d.process = this_process();
     d.device = attr.device;
     std::memcpy(desc, &d, sizeof d);
     return true;
@@ -91,7 +103,7 @@ class CudaIpcWindows final : public PeerWindows {
   PeerBuffer open(int peer, const std::byte* desc) override {
     IpcDescriptor d;
     std::memcpy(&d, desc, sizeof d);
-    if (d.pid == ::getpid())
+    if (d.process == this_process())
       return {peer, d.address, static_cast<size_t>(d.bytes), reinterpret_cast<const std::byte*>(d.address)};
     return {peer, d.address, static_cast<size_t>(d.bytes), mapping(d.handle) + d.offset};
   }
@@ -102,7 +114,7 @@ class CudaIpcWindows final : public PeerWindows {
                             std::to_string(offset) + " past the " + std::to_string(b.bytes) +
                             " bytes local rank " + std::to_string(b.peer) + " exposed");
     if (bytes == 0) return;
-    cuda::make_current(dev_.ordinal());
+    cuda::DeviceScope on(dev_.ordinal());
     const cudaError_t e = cudaMemcpyAsync(dst, b.mapped + offset, bytes, cudaMemcpyDefault, dev_.stream());
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
@@ -126,7 +138,7 @@ class CudaIpcWindows final : public PeerWindows {
       return it->second->mapped;
     }
     void* p = nullptr;
-    cuda::make_current(dev_.ordinal());  // the mapping is made on the current GPU
+    cuda::DeviceScope on(dev_.ordinal());  // the mapping is made on the current GPU
     cuda::check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
     lru_.push_front({key, static_cast<std::byte*>(p)});
     index_[key] = lru_.begin();
