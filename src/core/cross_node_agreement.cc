@@ -31,9 +31,14 @@ std::vector<Finding> share_findings(shm::Group& shm, const OpInfo& op, const Fin
   std::memcpy(&w[1], mine.fp.data(), sizeof(Fingerprint));
   shm.arrive();
   shm.wait_all(op);
+  std::vector<const uint64_t*> words;
+  for (int r = 0; r < shm.size(); ++r) words.push_back(shm.words(r, parity));
+  return read_findings(words);
+}
+
+std::vector<Finding> read_findings(const std::vector<const uint64_t*>& words) {
   std::vector<Finding> found;
-  for (int r = 0; r < shm.size(); ++r) {
-    const uint64_t* theirs = shm.words(r, parity);
+  for (const uint64_t* theirs : words) {
     if (theirs[0] == 0) continue;
     Finding f;
     f.rank = static_cast<int>(theirs[0] - 1);

@@ -5,6 +5,7 @@
 // So every rank of every node learns of a disagreement anywhere before any data moves.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -27,5 +28,10 @@ Finding exchange_fingerprints(algorithms::Context& ctx, const Fingerprint& mine)
 // also compares the node's fingerprints, if one was announced: Group::announce). Returns the
 // findings of all the node's ranks, lowest rank first, each rank once.
 std::vector<Finding> share_findings(shm::Group& shm, const OpInfo& op, const Finding& mine);
+
+// The findings in that round's words, as the node's ranks wrote them (words[r]: local rank r's
+// Group::kWords; [0] the partner's rank + 1, 0 for nothing found; [1..] its fingerprint): lowest
+// rank first, each rank once, as the lowest local rank that found it reported it.
+std::vector<Finding> read_findings(const std::vector<const uint64_t*>& words);
 
 }  // namespace smddp::detail

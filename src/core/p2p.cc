@@ -6,8 +6,14 @@
 
 namespace smddp::p2p {
 
-namespace {
-constexpr uint32_t kMagic = 0x50325030;  // "P2P0"
+void check_header(const Header& h, uint32_t tag, size_t bytes, int peer, const OpInfo& op) {
+  if (h.magic != kMagic)
+    throw SystemError("smddp: " + op.describe() + ": corrupt message header from rank " + std::to_string(peer));
+  if (h.tag != tag || h.bytes != bytes)
+    throw InvalidArgument("smddp: " + op.describe() + ": expected a message of " + std::to_string(bytes) +
+                          " bytes with tag " + std::to_string(tag) + " from rank " + std::to_string(peer) +
+                          ", but the next one has " + std::to_string(h.bytes) + " bytes with tag " +
+                          std::to_string(h.tag) + " (messages between two ranks are matched in order)");
 }
 
 Send::Send(const void* data, size_t bytes, int peer, uint32_t tag)
@@ -40,15 +46,7 @@ bool Recv::poll(shm::Group& g, const OpInfo& op) {
   }
   if (hdr_done_ < sizeof hdr_) {
     hdr_done_ += g.fifo_pop(peer_, reinterpret_cast<std::byte*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
-    if (hdr_done_ == sizeof hdr_) {
-      if (hdr_.magic != kMagic)
-        throw SystemError("smddp: " + op.describe() + ": corrupt message header from rank " + std::to_string(peer_));
-      if (hdr_.tag != tag_ || hdr_.bytes != bytes_)
-        throw InvalidArgument("smddp: " + op.describe() + ": expected a message of " + std::to_string(bytes_) +
-                              " bytes with tag " + std::to_string(tag_) + " from rank " + std::to_string(peer_) +
-                              ", but the next one has " + std::to_string(hdr_.bytes) + " bytes with tag " +
-                              std::to_string(hdr_.tag) + " (messages between two ranks are matched in order)");
-    }
+    if (hdr_done_ == sizeof hdr_) check_header(hdr_, tag_, bytes_, peer_, op);
   }
   if (hdr_done_ == sizeof hdr_ && body_done_ < bytes_)
     body_done_ += g.fifo_pop(peer_, data_ + body_done_, bytes_ - body_done_);
@@ -69,7 +67,7 @@ int peek_any(shm::Group& g, uint32_t tag, int* next) {
     // next message is that receive's anyway.
     if (g.fifo_claimed(false, src) || g.fifo_available(src) < sizeof h) continue;
     g.fifo_peek(src, &h, sizeof h);
-    if (h.magic == kMagic && h.tag == tag) found = src;
+    if (opens_message(h, tag)) found = src;
   }
   *next = (*next + 1) % g.size();
   return found;

@@ -19,6 +19,17 @@ struct Header {
   uint64_t bytes;
 };
 static_assert(sizeof(Header) == 16);
+inline constexpr uint32_t kMagic = 0x50325030;  // "P2P0"
+
+// A header as the peer wrote it, against the receive posted for it: returns when it opens a
+// message of exactly `bytes` bytes under `tag` (so the body read is bounded by the receiver's
+// buffer); throws SystemError for one that is not a header, InvalidArgument for a message of
+// another tag or size. `op` and `peer` name the receive in the message.
+void check_header(const Header& h, uint32_t tag, size_t bytes, int peer, const OpInfo& op);
+// Whether a header at the head of a FIFO opens a message under `tag` (a receive from any rank).
+inline bool opens_message(const Header& h, uint32_t tag) {
+  return h.magic == kMagic && h.tag == tag;
+}
 
 class Send {
  public:

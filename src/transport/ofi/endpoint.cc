@@ -22,6 +22,7 @@
 #include "transport/ofi/job_key.h"
 #include "transport/ofi/rails.h"
 #include "transport/ofi/region_cache.h"
+#include "transport/ofi/wire.h"
 
 // libfabric 1.x and 2.x differ in a few spellings; they are settled here and nowhere else.
 #define SMDDP_FI_API FI_VERSION(1, 9)
@@ -34,11 +35,6 @@
 namespace smddp::ofi {
 
 namespace {
-
-constexpr int kRankBits = 16, kChunkBits = 16;
-uint64_t make_tag(int sender, uint32_t tag, size_t chunk) {
-  return (static_cast<uint64_t>(sender) << 48) | (static_cast<uint64_t>(tag) << kChunkBits) | chunk;
-}
 
 std::string fi_error(const char* what, ssize_t rc) {
   return std::string("smddp: libfabric ") + what + " failed: " + fi_strerror(static_cast<int>(-rc)) + " (" +
@@ -61,16 +57,6 @@ InfoOwner hints_for(const char* provider, bool rma) {
   if (provider) h->fabric_attr->prov_name = strdup(provider);  // freed with the hints
   return hints;
 }
-
-// What the receiver of an RMA transfer tells its sender: where to write, and the id its remote
-// completions will carry.
-struct RmaTicket {
-  uint64_t addr = 0, key = 0;
-  uint32_t id = 0;
-  // The receive's size (low 32 bits: keeps the ticket 24 bytes, within every provider's inject
-  // size): the sender refuses to write a message of another size (a disagreement between ranks).
-  uint32_t bytes_low = 0;
-};
 
 // The largest message this transport hands libfabric; longer ones go in chunks.
 constexpr size_t kMaxChunk = size_t{1} << 30;
@@ -103,10 +89,6 @@ InfoOwner getinfo(const char* provider, bool rma = false) {
     return InfoOwner();
   return info;
 }
-
-// The chunk index that marks an RMA ticket (chunks of data stay below it).
-constexpr uint64_t kTicketChunk = (uint64_t{1} << kChunkBits) - 1;
-constexpr uint64_t kSenderBits = ~uint64_t{0} << (64 - kRankBits);  // make_tag's sender field
 
 // libfabric's rxm over tcp msg endpoints (1.17 here, and its rxm to this day) crashes the
 // receiving process when a connection fails while an RMA write into it is under way: tcp
@@ -250,15 +232,12 @@ struct Endpoint::Impl {
               (r.is_send ? "expects " : "sent ") + theirs + " (the ranks disagree about the message's size)";
   }
 
-  // A receive completion's length against the chunk it was posted for (the last is shorter).
+  // A receive completion's length against the chunk it was posted for (wire.h).
   void check_length(Request& r, const ChunkCtx& c, size_t len) {
-    if (r.is_send) {  // an RMA sender's ticket
-      if (len != sizeof(RmaTicket)) size_mismatch(r, "a ticket of " + std::to_string(len) + " bytes");
-      return;
-    }
-    const size_t off = static_cast<size_t>(&c - r.ctx.data()) * max_msg;
-    const size_t want = std::min(max_msg, r.bytes - std::min(r.bytes, off));
-    if (len != want) size_mismatch(r, std::to_string(off + len) + " bytes");
+    const std::string theirs =
+        r.is_send ? ticket_length_disagreement(len)  // an RMA sender's ticket
+                  : chunk_length_disagreement(r.bytes, max_msg, static_cast<size_t>(&c - r.ctx.data()), len);
+    if (!theirs.empty()) size_mismatch(r, theirs);
   }
 
   void post(const std::shared_ptr<Request>& r) {
@@ -303,8 +282,10 @@ struct Endpoint::Impl {
       r.posted = 1;
     }
     if (r.completed == 0) return;  // no ticket yet: the receiver has not posted its buffer
-    if (r.posted == 1 && r.ticket.bytes_low != static_cast<uint32_t>(r.bytes))
-      return size_mismatch(r, std::to_string(r.ticket.bytes_low) + " bytes (mod 2^32)");
+    if (r.posted == 1) {
+      const std::string theirs = ticket_size_disagreement(r.ticket, r.bytes);
+      if (!theirs.empty()) return size_mismatch(r, theirs);
+    }
     while (r.posted < r.ops) {
       const size_t i = r.posted - 1, off = i * max_msg;
       const size_t len = std::min(max_msg, r.bytes - std::min(r.bytes, off));
@@ -385,7 +366,7 @@ struct Endpoint::Impl {
         }
         auto* c = reinterpret_cast<ChunkCtx*>(e[k].op_context);
         c->req->completed++;
-        if (c->req->any_source) c->req->peer = static_cast<int>(wire(e[k].tag) >> (64 - kRankBits));
+        if (c->req->any_source) c->req->peer = sender_of(wire(e[k].tag));
         if ((e[k].flags & FI_RECV) && c->req->error.empty()) check_length(*c->req, *c, e[k].len);
       }
     }

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "smddp/errors.h"
+#include "transport/shm/fifo_ring.h"
 
 namespace smddp::shm {
 
@@ -41,15 +42,21 @@ int64_t rounds_ahead(uint64_t word, uint64_t target) {
   return d & (uint64_t{1} << (kHashShift - 1)) ? static_cast<int64_t>(d) - (int64_t{1} << kHashShift)
                                                : static_cast<int64_t>(d);
 }
+// On every collective's path, so it is short: each word times an odd constant of its own, the
+// products summed (independent multiplies issue together, where a chained mix waits on each),
+// then one multiply spreads every bit into the top 24. Fingerprints that differ in one word
+// always differ in the sum (an odd factor is invertible mod 2^64); a difference then survives
+// into the 24 bits but for one case in 2^24.
 uint64_t fingerprint_hash(const uint64_t* words, size_t n) {
-  uint64_t h = 0x9e3779b97f4a7c15ULL;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= words[i] + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    h *= 0xff51afd7ed558ccdULL;
-  }
-  h ^= h >> 29;
-  const uint64_t top = h >> kHashShift;  // 24 bits
-  return top ? top : 1;                  // never 0: 0 means "nothing announced"
+  static constexpr uint64_t kOdd[] = {0x9e3779b97f4a7c15ULL, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL,
+                                      0xd6e8feb86659fd93ULL, 0xff51afd7ed558ccdULL, 0xc4ceb9fe1a85ec53ULL,
+                                      0x94d049bb133111ebULL, 0xbf58476d1ce4e5b9ULL};
+  static_assert(Group::kFingerprintWords <= std::size(kOdd));
+  uint64_t h = 0;
+  for (size_t i = 0; i < n; ++i) h += words[i] * kOdd[i];
+  h = (h ^ (h >> 32)) * 0xd6e8feb86659fd93ULL;  // the top bits of a product depend on every bit
+  const uint64_t top = h >> kHashShift;          // 24 bits
+  return top ? top : 1;                          // never 0: 0 means "nothing announced"
 }
 
 inline void cpu_relax() {
@@ -335,8 +342,16 @@ bool Group::aborted_by_mismatch() const {
 std::string Group::abort_reason() const {
   int32_t s = header()->abort_state.load(std::memory_order_acquire);
   if (s == 0) return "";
-  while (s == 1) s = header()->abort_state.load(std::memory_order_acquire);
-  return header()->abort_reason;
+  // 1: a rank is writing its reason. It may have died in between: wait a bounded time only.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (s == 1 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+    s = header()->abort_state.load(std::memory_order_acquire);
+  }
+  if (s == 1) return "(the aborting rank did not finish writing its reason)";
+  // Written by another process: bounded by the array, whatever it holds.
+  const char* r = header()->abort_reason;
+  return std::string(r, strnlen(r, sizeof header()->abort_reason));
 }
 
 void Group::throw_if_aborted(const OpInfo& op) const {
@@ -421,17 +436,14 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
 size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
   FifoCtl* f = fifo(rank_, dst);
   const uint64_t head = f->head.load(std::memory_order_relaxed);
-  const uint64_t tail = f->tail.load(std::memory_order_acquire);
-  const size_t cap = cfg_.fifo_bytes;
-  size_t n = std::min(bytes, cap - static_cast<size_t>(head - tail));
-  if (n == 0) return 0;
+  const uint64_t tail = f->tail.load(std::memory_order_acquire);  // the peer's: fifo_ring.h
+  const RingSpan s = push_span(head, tail, cfg_.fifo_bytes, bytes);
+  if (s.bytes() == 0) return 0;
   std::byte* ring = fifo_data(rank_, dst);
-  size_t pos = head & (cap - 1);
-  size_t first = std::min(n, cap - pos);
-  std::memcpy(ring + pos, data, first);
-  std::memcpy(ring, static_cast<const std::byte*>(data) + first, n - first);
-  f->head.store(head + n, std::memory_order_release);
-  return n;
+  std::memcpy(ring + s.pos, data, s.first);
+  std::memcpy(ring, static_cast<const std::byte*>(data) + s.first, s.second);
+  f->head.store(head + s.bytes(), std::memory_order_release);
+  return s.bytes();
 }
 
 bool Group::claim_fifo(bool outgoing, int peer, const void* who) {
@@ -451,33 +463,29 @@ bool Group::fifo_claimed(bool outgoing, int peer) const {
 
 size_t Group::fifo_available(int src) const {
   const FifoCtl* f = fifo(src, rank_);
-  return static_cast<size_t>(f->head.load(std::memory_order_acquire) - f->tail.load(std::memory_order_relaxed));
+  return ring_filled(f->head.load(std::memory_order_acquire), f->tail.load(std::memory_order_relaxed),
+                     cfg_.fifo_bytes);
 }
 
 void Group::fifo_peek(int src, void* data, size_t bytes) const {
   const FifoCtl* f = fifo(src, rank_);
-  const size_t cap = cfg_.fifo_bytes;
-  const size_t pos = f->tail.load(std::memory_order_relaxed) & (cap - 1);
-  const size_t first = std::min(bytes, cap - pos);
+  const RingSpan s = ring_span(f->tail.load(std::memory_order_relaxed), bytes, cfg_.fifo_bytes);
   const std::byte* ring = fifo_data(src, rank_);
-  std::memcpy(data, ring + pos, first);
-  std::memcpy(static_cast<std::byte*>(data) + first, ring, bytes - first);
+  std::memcpy(data, ring + s.pos, s.first);
+  std::memcpy(static_cast<std::byte*>(data) + s.first, ring, s.second);
 }
 
 size_t Group::fifo_pop(int src, void* data, size_t bytes) {
   FifoCtl* f = fifo(src, rank_);
   const uint64_t tail = f->tail.load(std::memory_order_relaxed);
-  const uint64_t head = f->head.load(std::memory_order_acquire);
-  size_t n = std::min(bytes, static_cast<size_t>(head - tail));
-  if (n == 0) return 0;
-  const size_t cap = cfg_.fifo_bytes;
+  const uint64_t head = f->head.load(std::memory_order_acquire);  // the peer's: fifo_ring.h
+  const RingSpan s = pop_span(head, tail, cfg_.fifo_bytes, bytes);
+  if (s.bytes() == 0) return 0;
   const std::byte* ring = fifo_data(src, rank_);
-  size_t pos = tail & (cap - 1);
-  size_t first = std::min(n, cap - pos);
-  std::memcpy(data, ring + pos, first);
-  std::memcpy(static_cast<std::byte*>(data) + first, ring, n - first);
-  f->tail.store(tail + n, std::memory_order_release);
-  return n;
+  std::memcpy(data, ring + s.pos, s.first);
+  std::memcpy(static_cast<std::byte*>(data) + s.first, ring, s.second);
+  f->tail.store(tail + s.bytes(), std::memory_order_release);
+  return s.bytes();
 }
 
 void Group::check_progress(int peer, const OpInfo& op, const char* waiting_for) {

@@ -1,0 +1,63 @@
+// What the libfabric transport reads from a peer besides the data itself: the tag a message
+// arrived under and its length, and the RMA ticket a receiver sends its sender. libfabric matches
+// tags before it places anything (endpoint.h, job_key.h), so what is left to decode is which rank
+// sent a message to a receive from any rank, whether a message or ticket has the length that was
+// posted for it, and whether a ticket describes the sender's size. Pure functions, the endpoint's
+// own checks (tests/fuzz/ofi_message_fuzz.cc, tests/fuzz/rma_ticket_fuzz.cc).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace smddp::ofi {
+
+// A tag: the sender's rank (top 16 bits), the caller's tag (32) and a chunk index (low 16), before
+// the communicator's key is XORed in.
+inline constexpr int kRankBits = 16, kChunkBits = 16;
+inline uint64_t make_tag(int sender, uint32_t tag, size_t chunk) {
+  return (static_cast<uint64_t>(sender) << 48) | (static_cast<uint64_t>(tag) << kChunkBits) | chunk;
+}
+// The chunk index that marks an RMA ticket (chunks of data stay below it).
+inline constexpr uint64_t kTicketChunk = (uint64_t{1} << kChunkBits) - 1;
+inline constexpr uint64_t kSenderBits = ~uint64_t{0} << (64 - kRankBits);  // make_tag's sender field
+// The rank a tag (key removed) names as its sender: how a receive from any rank learns it.
+inline int sender_of(uint64_t tag) {
+  return static_cast<int>(tag >> (64 - kRankBits));
+}
+
+// The length of a received chunk against the one posted for it: chunk `chunk` of a message of
+// `bytes` bytes cut into chunks of `max_msg` (the last shorter). Empty when `len` is that length;
+// else what the peer sent, as the size-mismatch error words it ("<bytes up to here> bytes").
+inline std::string chunk_length_disagreement(size_t bytes, size_t max_msg, size_t chunk, size_t len) {
+  const size_t off = chunk * max_msg;
+  const size_t want = std::min(max_msg, bytes - std::min(bytes, off));
+  return len == want ? std::string() : std::to_string(off + len) + " bytes";
+}
+
+// What the receiver of an RMA transfer tells its sender: where to write, and the id its remote
+// completions will carry.
+struct RmaTicket {
+  uint64_t addr = 0, key = 0;
+  uint32_t id = 0;
+  // The receive's size (low 32 bits: keeps the ticket 24 bytes, within every provider's inject
+  // size): the sender refuses to write a message of another size (a disagreement between ranks).
+  uint32_t bytes_low = 0;
+};
+static_assert(sizeof(RmaTicket) == 24);
+
+// A ticket the sender received in `len` bytes: empty when that is a whole ticket; else what the
+// peer sent, as the size-mismatch error words it.
+inline std::string ticket_length_disagreement(size_t len) {
+  return len == sizeof(RmaTicket) ? std::string() : "a ticket of " + std::to_string(len) + " bytes";
+}
+// A whole ticket against the sender's `bytes`: empty when the receive is of that size (mod 2^32);
+// else the receive's size as the size-mismatch error words it. Where to write (addr, key) is the
+// provider's to check against the receiver's registration.
+inline std::string ticket_size_disagreement(const RmaTicket& t, size_t bytes) {
+  return t.bytes_low == static_cast<uint32_t>(bytes) ? std::string()
+                                                     : std::to_string(t.bytes_low) + " bytes (mod 2^32)";
+}
+
+}  // namespace smddp::ofi

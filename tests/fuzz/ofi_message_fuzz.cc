@@ -1,0 +1,54 @@
+// What the libfabric transport learns from a received message besides its data (transport/ofi/
+// wire.h): the sender's rank from its tag (a receive from any rank) and whether its length is the
+// one posted. Any tag must name a rank the tag's sender field holds, nothing else of the tag;
+// any length must be taken exactly when it is the posted chunk's (so a taken chunk lies inside
+// the receive's buffer), else refused naming how many bytes the peer's message came to.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "transport/ofi/wire.h"
+
+namespace {
+template <class T>
+T take(const uint8_t* data, size_t size, size_t* at) {
+  T v{};
+  const size_t n = *at < size ? std::min(sizeof v, size - *at) : 0;
+  std::memcpy(&v, data + *at, n);
+  *at += n;
+  return v;
+}
+}  // namespace
+
+// Input (little-endian, missing bytes 0): the tag as it arrived (key removed, 8 bytes), the
+// receive's size (8), the largest message (4, taken as 1 to 2^30), the chunk (2), its length (8).
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace smddp::ofi;
+  size_t at = 0;
+  const auto tag = take<uint64_t>(data, size, &at);
+  const auto bytes = static_cast<size_t>(take<uint64_t>(data, size, &at));
+  const size_t max_msg = 1 + take<uint32_t>(data, size, &at) % (size_t{1} << 30);
+  const auto chunk_in = take<uint16_t>(data, size, &at);
+  const auto len = static_cast<size_t>(take<uint64_t>(data, size, &at));
+
+  const int sender = sender_of(tag);
+  if (sender < 0 || sender >= (1 << kRankBits)) std::abort();
+  if ((make_tag(sender, 0, 0) | (tag & ~kSenderBits)) != tag) std::abort();  // the field, and only it
+  const auto caller_tag = static_cast<uint32_t>(tag >> kChunkBits);
+  const size_t chunk_field = tag & kTicketChunk;
+  if (make_tag(sender, caller_tag, chunk_field) != tag) std::abort();
+
+  // A completion belongs to one of the receive's chunks; a message of more chunks than a tag can
+  // number is refused before anything is posted (make_request).
+  const size_t nchunks = bytes == 0 ? 1 : bytes / max_msg + (bytes % max_msg != 0);
+  if (nchunks >= kTicketChunk) return 0;
+  const size_t chunk = chunk_in % nchunks, off = chunk * max_msg;
+  const size_t want = chunk + 1 == nchunks ? bytes - off : max_msg;  // the last chunk is shorter
+  const std::string theirs = chunk_length_disagreement(bytes, max_msg, chunk, len);
+  if (theirs.empty() != (len == want)) std::abort();
+  if (theirs.empty() && (len > max_msg || off + len > bytes)) std::abort();
+  if (!theirs.empty() && theirs != std::to_string(off + len) + " bytes") std::abort();
+  return 0;
+}
