@@ -1,6 +1,6 @@
 // Faults on the links between hosts (#11 item 4), on namespace hosts (tools/netns):
-//  - loss, delay and reordering (tc netem; where the kernel lacks it, loss by nftables) on every
-//    host's link: the results are still exact;
+//  - loss, delay and reordering (tc netem; where the kernel lacks it, smddp_link_shaper on a
+//    netfilter queue) on every host's link: the results are still exact;
 //  - a host's link taken down mid-collective: every rank raises an error within its timeout
 //    naming a rank it can no longer reach, and the ranks that can still reach each other (each
 //    host's pair) make a new communicator and run correctly, as a torchelastic restart would.
@@ -10,6 +10,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 #include <thread>
 
 #include "collective/harness.h"
@@ -32,26 +37,92 @@ RunOptions two_hosts_two_ranks(const NetnsHosts& hosts) {
 // Integer-valued floats: every sum is exact whatever order the algorithm adds in.
 float value(int rank, size_t i) { return static_cast<float>((rank + 1) * static_cast<int>(i % 13)); }
 
+// The same faults as `tc qdisc ... netem loss 1% delay 3ms 1ms reorder 10%`, on every host's
+// outgoing packets: by netem where the kernel has it, else by smddp_link_shaper (link_shaper.cc)
+// on a netfilter queue, which reports what it did so the test can check the faults happened.
+class LinkFaults {
+ public:
+  explicit LinkFaults(const NetnsHosts& hosts) : hosts_(hosts) {
+    std::string out;
+    const std::string netem = std::string("tc qdisc replace dev eth0 root netem ") + kNetem;
+    if (hosts_.run_in(0, netem, &out) == 0) {
+      if (hosts_.run_in(1, netem, &out) != 0) why_ = "tc netem worked on host 0 but not on host 1: " + out;
+      how_ = std::string("tc netem ") + kNetem;
+      return;
+    }
+    if (!out.empty() && out.back() == '\n') out.pop_back();
+#ifdef SMDDP_LINK_SHAPER
+    char tmpl[] = "/tmp/smddp-shaper-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) { why_ = "mkdtemp failed"; return; }
+    dir_ = tmpl;
+    for (int h = 0; h < 2; ++h) {
+      const std::string f = dir_ + "/host" + std::to_string(h);
+      std::string err;
+      if (hosts_.run_in(h, "iptables -A OUTPUT -o eth0 -j NFQUEUE --queue-num 7 --queue-bypass", &err) != 0) {
+        why_ = "no tc netem (" + out.substr(0, 60) + ") and no NFQUEUE: " + err;
+        return;
+      }
+      // setsid + redirections: the shaper outlives the shell popen waits for. --seconds bounds
+      // it even if this test dies; NetnsHosts' teardown kills whatever runs in the namespace.
+      hosts_.run_in(h, std::string("setsid ") + SMDDP_LINK_SHAPER + " --queue 7 --loss 1 --delay-us 3000 --jitter-us 1000 " +
+                           "--reorder 10 --seconds 600 --seed " + std::to_string(h + 1) + " --stats " + f + ".stats >" + f +
+                           ".log 2>&1 </dev/null & echo $! >" + f + ".pid");
+      if (!wait_for_text(f + ".log", "ready")) {
+        why_ = "smddp_link_shaper did not start on host " + std::to_string(h) + ": " + read_file(f + ".log");
+        return;
+      }
+    }
+    how_ = "smddp_link_shaper (no tc netem in this kernel: " + out.substr(0, 60) +
+           "): loss 1%, delay 3 ms +- 1, 10% sent at once";
+#else
+    why_ = "no tc netem in this kernel (" + out.substr(0, 60) + ") and smddp_link_shaper was not built (libnetfilter-queue)";
+#endif
+  }
+  ~LinkFaults() {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  const std::string& why_unavailable() const { return why_; }
+  const std::string& how() const { return how_; }
+  bool shaped() const { return !dir_.empty(); }
+
+  // Stops the shapers and returns each host's counts ("seen=... dropped=... overtaken=...").
+  std::vector<std::string> stop() {
+    std::vector<std::string> counts;
+    for (int h = 0; h < 2 && shaped(); ++h) {
+      const std::string f = dir_ + "/host" + std::to_string(h);
+      hosts_.run_in(h, "kill -TERM $(cat " + f + ".pid)");
+      counts.push_back(wait_for_text(f + ".stats", "overtaken=") ? read_file(f + ".stats") : "");
+    }
+    return counts;
+  }
+
+ private:
+  static constexpr const char* kNetem = "loss 1% delay 3ms 1ms reorder 10% 50%";
+  static std::string read_file(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  static bool wait_for_text(const std::string& path, const std::string& text) {
+    for (int i = 0; i < 100; ++i) {
+      if (read_file(path).find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+  const NetnsHosts& hosts_;
+  std::string dir_, why_, how_;
+};
+
+long count_of(const std::string& counts, const std::string& name) {
+  const size_t at = counts.find(name + "=");
+  return at == std::string::npos ? -1 : std::atol(counts.c_str() + at + name.size() + 1);
+}
+
 TEST(CrossNodeFaults, LossDelayAndReorderingKeepResultsExact) {
   NetnsHosts hosts(2);
   if (!hosts.available()) GTEST_SKIP() << hosts.why_unavailable();
-  // tc netem where the kernel has it (loss, delay, reordering); else 1% of every host's outgoing
-  // packets dropped by nftables (this machine's kernel has no sch_netem: loss only).
-  std::string how = "netem loss 1%, delay 3 ms, reordering 10%";
-  bool use_nft = false;
-  for (int h = 0; h < 2; ++h) {
-    std::string out;
-    if (hosts.run_in(h, "tc qdisc replace dev eth0 root netem loss 1% delay 3ms 1ms reorder 10% 50%", &out) == 0)
-      continue;
-    if (!out.empty() && out.back() == '\n') out.pop_back();
-    how = "nftables dropping 1% of outgoing packets (no tc netem in this kernel: " + out.substr(0, 60) + ")";
-    use_nft = true;
-    if (hosts.run_in(h, "nft add table inet smddp_loss && nft add chain inet smddp_loss out "
-                        "\"{ type filter hook output priority 0; }\" && "
-                        "nft add rule inet smddp_loss out oifname eth0 numgen random mod 100 \"<\" 1 counter drop",
-                     &out) != 0)
-      GTEST_SKIP() << "neither tc netem nor nftables works here: " << out;
-  }
+  LinkFaults faults(hosts);
+  if (!faults.why_unavailable().empty()) GTEST_SKIP() << faults.why_unavailable();
   auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;
     o.timeout = 120s;
@@ -86,18 +157,17 @@ TEST(CrossNodeFaults, LossDelayAndReorderingKeepResultsExact) {
   }, two_hosts_two_ranks(hosts));
   std::string retrans = " (TCP retransmissions: host0 " + std::to_string(hosts.tcp_retransmits(0)) + ", host1 " +
                         std::to_string(hosts.tcp_retransmits(1)) + ")";
+  const std::vector<std::string> counts = faults.stop();
   ASSERT_TRUE(res.ok()) << res.summary() << retrans;
-  if (use_nft) {  // the faults really happened: packets were dropped on both links
-    for (int h = 0; h < 2; ++h) {
-      std::string rules;
-      hosts.run_in(h, "nft list chain inet smddp_loss out", &rules);
-      const size_t at = rules.find("packets ");
-      const long dropped = at == std::string::npos ? 0 : std::atol(rules.c_str() + at + 8);
-      EXPECT_GT(dropped, 0) << "host " << h << " dropped no packet: " << rules;
-      retrans += ", host" + std::to_string(h) + " dropped " + std::to_string(dropped) + " packets";
-    }
+  for (size_t h = 0; h < counts.size(); ++h) {  // the faults really happened, on both links
+    EXPECT_GT(count_of(counts[h], "dropped"), 0) << "host " << h << ": " << counts[h];
+    EXPECT_GT(count_of(counts[h], "delayed"), 0) << "host " << h << ": " << counts[h];
+    EXPECT_GT(count_of(counts[h], "overtaken"), 0) << "host " << h << ": " << counts[h];
+    std::string c = counts[h];
+    if (!c.empty() && c.back() == '\n') c.pop_back();
+    retrans += ", host" + std::to_string(h) + " shaper " + c;
   }
-  std::printf("[   INFO   ] correct under %s%s\n", how.c_str(), retrans.c_str());
+  std::printf("[   INFO   ] correct under %s%s\n", faults.how().c_str(), retrans.c_str());
 }
 
 // It found two defects, now fixed: a SIGSEGV inside libfabric's rxm as the failed communicator
