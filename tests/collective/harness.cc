@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -51,6 +52,24 @@ int thread_count() {
   return n;
 }
 
+// The rank's open descriptors, each as what it points to ("socket:[123]", "/dev/shm/smddp-...").
+std::map<int, std::string> open_fds() {
+  std::map<int, std::string> fds;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    const int own = dirfd(d);
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      const int fd = std::atoi(e->d_name);
+      if (fd == own) continue;
+      char target[256] = {};
+      const ssize_t n = readlink(("/proc/self/fd/" + std::string(e->d_name)).c_str(), target, sizeof target - 1);
+      fds[fd] = n > 0 ? std::string(target, static_cast<size_t>(n)) : "?";
+    }
+    closedir(d);
+  }
+  return fds;
+}
+
 std::vector<std::string> shm_leftovers(const std::vector<int>& pids) {
   std::vector<std::string> out;
   std::error_code ec;
@@ -89,6 +108,7 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
 #endif
         if (opts.before_thread_count) opts.before_thread_count();
         const int threads_before = thread_count();
+        const std::map<int, std::string> fds_before = open_fds();
         {
           auto store = std::make_shared<FileStore>(dir + "/store");
           fn(r, world, store, report);
@@ -97,6 +117,8 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
         if (threads_after != threads_before)
           report.fail("thread leak: " + std::to_string(threads_before) + " threads before, " +
                       std::to_string(threads_after) + " after");
+        for (const auto& [fd, what] : open_fds())
+          if (!fds_before.count(fd)) report.fail("fd leak: fd " + std::to_string(fd) + " (" + what + ") still open");
       } catch (const std::exception& e) {
         report.fail(std::string("uncaught exception: ") + e.what());
         code = 3;
