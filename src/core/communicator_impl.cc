@@ -10,6 +10,7 @@
 #include "core/fingerprint.h"
 #include "core/logging.h"
 #include "core/p2p.h"
+#include "core/host_staging.h"
 #include "device/cuda.h"
 #include "device/device.h"
 #include "topology/topology.h"
@@ -85,6 +86,17 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     scratch_ = std::make_unique<algorithms::ScratchPool>(
         [ep = net_.get()](const void* p, size_t n) { ep->register_region(p, n); },
         [ep = net_.get()](const void* p, size_t) { ep->unregister_region(p); });
+    // Host copies of CUDA buffers (host_staging.h): also page-locked where CUDA is, so the
+    // device's copies run at full speed and without the driver's own staging.
+    staging_pool_ = std::make_unique<algorithms::ScratchPool>(
+        [ep = net_.get()](const void* p, size_t n) {
+          device::cuda_register_host(const_cast<void*>(p), n);
+          ep->register_region(p, n);
+        },
+        [ep = net_.get()](const void* p, size_t) {
+          ep->unregister_region(p);
+          device::cuda_unregister_host(const_cast<void*>(p));
+        });
 #else
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": the ranks span " + topo_.describe() +
                           ", but this build has no libfabric transport (SMDDP_WITH_LIBFABRIC=OFF)");
@@ -238,11 +250,16 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     const size_t blocks = args.kind == CollKind::reduce_scatter ? static_cast<size_t>(size_) : 1;
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
     const std::function<void()> watch = [&] { watch_remote(op); };
-    algorithms::Context ctx{*shm_, device_for(args.memory), op, multi_node_ ? &topo_ : nullptr, net_.get(),
-                            multi_node_ ? &watch : nullptr, scratch_.get(), windows_for(args.memory)};
-    // Before any round: the fence of the first arrive() then also waits for the caller's work,
-    // so no peer reads this rank's buffers before they are written.
-    if (args.ready) device::cuda_wait(ctx.dev, args.ready.get());
+    // CUDA memory across nodes runs on host copies (host_staging.h): the algorithm then sees
+    // host memory, and only the copies in and out see the GPU.
+    const bool staged = multi_node_ && args.memory.kind == Memory::Kind::cuda;
+    device::Device& mem_dev = device_for(args.memory);
+    algorithms::Context ctx{*shm_, staged ? device::host() : mem_dev, op, multi_node_ ? &topo_ : nullptr, net_.get(),
+                            multi_node_ ? &watch : nullptr, scratch_.get(),
+                            windows_for(staged ? Memory{} : args.memory)};
+    // Before any round: the fence of the first arrive() (or the staging's) then also waits for
+    // the caller's work, so no peer reads this rank's buffers before they are written.
+    if (args.ready) device::cuda_wait(mem_dev, args.ready.get());
     if (consistency_) {
       // Compared in the algorithm's first shared-memory round, before it combines or copies
       // anything into an output. Across nodes the algorithms may start on the network, and an
@@ -258,9 +275,18 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
                                           multi_node_ ? &topo_ : nullptr);
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo.name
                             << " count " << args.count << ' ' << to_string(args.dtype);
-    algo.run(ctx, args);
-    ctx.dev.fence();  // the outputs are complete when the collective is
-    if (shm_->announcement_pending()) agreement_round(op);  // an algorithm that never synchronised
+    if (staged) {
+      HostStaging staging(*staging_pool_);
+      const CollArgs host_args = staging.stage_in(mem_dev, args, rank_, size_);
+      algo.run(ctx, host_args);
+      if (shm_->announcement_pending()) agreement_round(op);
+      staging.stage_out(mem_dev);  // only after success: a failed collective leaves the outputs alone
+      staging_pool_->trim(kScratchKeep);
+    } else {
+      algo.run(ctx, args);
+      ctx.dev.fence();  // the outputs are complete when the collective is
+      if (shm_->announcement_pending()) agreement_round(op);  // an algorithm that never synchronised
+    }
     scratch_->trim(kScratchKeep);
   } catch (const AbortedError& e) {
     drain_after_failure(args.memory);
@@ -300,7 +326,8 @@ CommunicatorImpl::CudaSide::~CudaSide() {
 
 namespace {
 // Empty when this process can use CUDA, else why not (asked once: it initialises CUDA).
-const std::string& cuda_problem() {
+std::string cuda_problem() {
+  if (device::cuda_stand_in()) return "";  // tests: set after the answer below may be cached
   static const std::string why = [] {
     std::string w;
     return device::cuda_usable(&w) ? std::string() : w;
@@ -313,10 +340,7 @@ void CommunicatorImpl::check_memory(const CollArgs& args) const {
   if (args.memory.kind == Memory::Kind::host) return;
   const std::string what = prefix() + algorithms::to_string(args.kind) + " on CUDA device " +
                            std::to_string(args.memory.device) + " memory: ";
-  if (multi_node_)
-    throw InvalidArgument(what + "CUDA memory between nodes is not supported yet (this communicator spans " +
-                          std::to_string(topo_.num_nodes()) + " nodes; docs/gpu.md)");
-  if (!cuda_problem().empty()) throw InvalidArgument(what + cuda_problem());
+  if (const std::string why = cuda_problem(); !why.empty()) throw InvalidArgument(what + why);
   const int n = device::cuda_device_count();
   if (args.memory.device < 0 || args.memory.device >= n)
     throw InvalidArgument(what + "no such device (this process sees " + std::to_string(n) + ")");

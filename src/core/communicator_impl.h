@@ -50,8 +50,8 @@ class CommunicatorImpl {
   // Index of a global rank within this node's shm group, or -1 when it is on another node.
   int local_index(int global_rank) const;
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);
-  // At call time: CUDA memory is usable here (built with CUDA, a driver, the device exists, one
-  // node); throws InvalidArgument naming the op and the reason otherwise.
+  // At call time: CUDA memory is usable here (built with CUDA, a driver, the device exists);
+  // throws InvalidArgument naming the op and the reason otherwise.
   void check_memory(const algorithms::CollArgs& args) const;
   // The device and peer windows for a collective's memory (CUDA: made on first use per GPU).
   device::Device& device_for(const Memory& m);
@@ -85,6 +85,7 @@ class CommunicatorImpl {
   std::unique_ptr<shm::Group> shm_;         // the ranks of this node
   std::unique_ptr<ofi::Endpoint> net_;      // every rank, when they span nodes
   std::unique_ptr<algorithms::ScratchPool> scratch_;  // after net_: unregisters before it closes
+  std::unique_ptr<algorithms::ScratchPool> staging_pool_;  // across nodes: host copies of CUDA buffers
   std::unique_ptr<device::PeerWindows> windows_;      // the node's peers' host memory (single-copy algorithms)
   struct CudaSide {  // per GPU: its stream (device) and IPC windows; the windows close first
     std::unique_ptr<device::Device> dev;

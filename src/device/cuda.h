@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,15 @@ std::shared_ptr<void> cuda_event_after(void* stream, int device);
 void cuda_wait(Device& dev, const void* event);
 // The cudaStream_t of a Device made by cuda_device (tests and benchmarks play the caller with it).
 void* cuda_stream(Device& dev);
+
+// Tests on machines without a GPU: while a stand-in is set, cuda_usable() is true,
+// cuda_device_count() is 1 and cuda_device() returns the stand-in's Device, whose "device memory"
+// the host and the network cannot read (tests/collective/far_device.h: what CUDA memory is to a
+// provider without FI_HMEM). Nothing else of CUDA is stood in for (no IPC, no streams): it serves
+// the paths that touch device memory only through the Device, such as host staging across nodes.
+using CudaStandIn = std::function<std::unique_ptr<Device>(int ordinal)>;
+void set_cuda_stand_in(CudaStandIn make);  // empty: CUDA itself again
+const CudaStandIn& cuda_stand_in();
 
 // Device memory for buffers the communicator owns and for tests (cudaMalloc on the current
 // device; freed by cuda_free).

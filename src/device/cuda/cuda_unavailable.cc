@@ -14,11 +14,15 @@ namespace {
 }  // namespace
 
 bool cuda_usable(std::string* why) {
+  if (cuda_stand_in()) return true;
   if (why) *why = "smddp was built without CUDA (SMDDP_WITH_CUDA=OFF or no nvcc at build time)";
   return false;
 }
-int cuda_device_count() { return 0; }
-std::unique_ptr<Device> cuda_device(int) { unavailable(); }
+int cuda_device_count() { return cuda_stand_in() ? 1 : 0; }
+std::unique_ptr<Device> cuda_device(int ordinal) {
+  if (cuda_stand_in()) return cuda_stand_in()(ordinal);
+  unavailable();
+}
 std::unique_ptr<PeerWindows> cuda_ipc_windows(Device&) { unavailable(); }
 std::shared_ptr<void> cuda_event_after(void*, int) { unavailable(); }
 void cuda_wait(Device&, const void*) { unavailable(); }

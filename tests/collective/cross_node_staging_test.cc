@@ -1,0 +1,184 @@
+// CUDA memory in a communicator that spans nodes (core/host_staging.h), on machines without a
+// GPU: the stand-in device's memory faults when the host or the network touches it
+// (far_device.h), and its copies land late. Every collective, in place and out of place, two
+// counts (one of several pipeline slices), the hierarchical and the direct algorithms, on 2
+// pretend nodes over loopback: results equal a scalar reference, outputs a rank does not own
+// keep their sentinels, and a collective that fails writes nothing.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective/far_device.h"
+#include "collective/harness.h"
+#include "device/cuda.h"
+#include "smddp/communicator.h"
+
+namespace smddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Integer-valued floats: sums are exact in any order.
+float value(int rank, size_t i) { return static_cast<float>((rank + 1) * static_cast<int>(i % 13)); }
+constexpr float kSentinel = -7.0f;
+
+struct Layout {
+  int hosts, per_host;
+};
+
+RunOptions pretend_nodes(const Layout& l) {
+  RunOptions ro;
+  ro.env = {{"FI_TCP_IFACE", "lo"}, {"SMDDP_OFI_REGISTER", "always"}, {"SMDDP_HIER_SLICE", "256k"}};
+  for (int h = 0; h < l.hosts; ++h)
+    for (int i = 0; i < l.per_host; ++i) ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
+  return ro;
+}
+
+// Checks `n` elements of a device buffer against want(i) through the host's view.
+template <class Want>
+void check(const FarMemory& mem, const float* dev, size_t n, const std::string& what, Report& rep, Want want) {
+  const float* h = mem.host(dev);
+  for (size_t i = 0; i < n; ++i)
+    if (h[i] != want(i)) {
+      rep.fail(what + ": element " + std::to_string(i) + " is " + std::to_string(h[i]) + ", expected " +
+               std::to_string(want(i)));
+      return;
+    }
+}
+
+// Every collective on stand-in device memory through `c`, `n` elements a block.
+void every_collective(Communicator& c, FarMemory& mem, size_t n, const std::string& label, Report& rep) {
+  const int rank = c.rank(), w = c.size();
+  const size_t W = static_cast<size_t>(w);
+  const Memory gpu = Memory::cuda(0);
+  auto buffer = [&](size_t count, auto fill) {
+    float* d = mem.alloc<float>(count);
+    float* h = mem.host(d);
+    for (size_t i = 0; i < count; ++i) h[i] = fill(i);
+    return d;
+  };
+  auto mine = [&](size_t i) { return value(rank, i); };
+  auto sentinel = [](size_t) { return kSentinel; };
+  auto sum = [&](size_t i) {
+    float s = 0;
+    for (int r = 0; r < w; ++r) s += value(r, i);
+    return s;
+  };
+  const std::string at = label + " n=" + std::to_string(n) + " ";
+
+  float* s = buffer(n, mine);
+  float* r = buffer(n, sentinel);
+  c.allreduce(s, r, n, DataType::f32, ReduceOp::sum, gpu).wait();
+  check(mem, r, n, at + "allreduce", rep, sum);
+  check(mem, s, n, at + "allreduce's input", rep, mine);  // an input is never written
+  c.allreduce(s, s, n, DataType::f32, ReduceOp::max, gpu).wait();
+  check(mem, s, n, at + "allreduce in place (max)", rep, [&](size_t i) { return value(w - 1, i); });
+
+  float* parts = buffer(n + 3, mine);
+  c.allreduce_coalesced(parts, parts, {3, n}, DataType::f32, ReduceOp::sum, gpu).wait();
+  check(mem, parts, n + 3, at + "allreduce_coalesced in place", rep, sum);
+
+  float* g = buffer(n * W, sentinel);
+  c.allgather(s = buffer(n, mine), g, n, DataType::f32, gpu).wait();
+  check(mem, g, n * W, at + "allgather", rep, [&](size_t i) { return value(static_cast<int>(i / n), i % n); });
+  g = buffer(n * W, [&](size_t i) { return i / n == static_cast<size_t>(rank) ? value(rank, i % n) : kSentinel; });
+  c.allgather(g + static_cast<size_t>(rank) * n, g, n, DataType::f32, gpu).wait();  // torch's in place
+  check(mem, g, n * W, at + "allgather in place", rep, [&](size_t i) { return value(static_cast<int>(i / n), i % n); });
+
+  float* big = buffer(n * W, mine);
+  r = buffer(n, sentinel);
+  c.reduce_scatter(big, r, n, DataType::f32, ReduceOp::sum, gpu).wait();
+  check(mem, r, n, at + "reduce_scatter", rep, [&](size_t i) { return sum(static_cast<size_t>(rank) * n + i); });
+  big = buffer(n * W, mine);
+  c.reduce_scatter(big, big + static_cast<size_t>(rank) * n, n, DataType::f32, ReduceOp::sum, gpu).wait();
+  check(mem, big + static_cast<size_t>(rank) * n, n, at + "reduce_scatter in place", rep,
+        [&](size_t i) { return sum(static_cast<size_t>(rank) * n + i); });
+
+  const int root = w - 1;
+  float* b = buffer(n, [&](size_t i) { return rank == root ? value(root, i) : kSentinel; });
+  c.broadcast(b, n, DataType::f32, root, gpu).wait();
+  check(mem, b, n, at + "broadcast", rep, [&](size_t i) { return value(root, i); });
+
+  s = buffer(n, mine);
+  r = buffer(n, sentinel);
+  c.reduce(s, r, n, DataType::f32, ReduceOp::sum, 1, gpu).wait();
+  if (rank == 1) check(mem, r, n, at + "reduce (root)", rep, sum);
+  else check(mem, r, n, at + "reduce's recv off the root", rep, sentinel);
+
+  g = buffer(n * W, sentinel);
+  c.gather(s, g, n, DataType::f32, 2 % w, gpu).wait();
+  if (rank == 2 % w) check(mem, g, n * W, at + "gather", rep, [&](size_t i) { return value(static_cast<int>(i / n), i % n); });
+  else check(mem, g, n * W, at + "gather's recv off the root", rep, sentinel);
+
+  big = buffer(n * W, [&](size_t i) { return rank == 0 ? value(static_cast<int>(i / n), i % n) : kSentinel; });
+  r = buffer(n, sentinel);
+  c.scatter(big, r, n, DataType::f32, 0, gpu).wait();
+  check(mem, r, n, at + "scatter", rep, mine);
+
+  // alltoallv with a gap of one element after each received block: the gaps keep the caller's
+  // bytes (the whole extent goes back to the device).
+  std::vector<size_t> counts(W, n), sdispl(W), rdispl(W);
+  for (size_t j = 0; j < W; ++j) {
+    sdispl[j] = j * n;
+    rdispl[j] = j * (n + 1);
+  }
+  big = buffer(n * W, [&](size_t i) { return value(rank, i) + static_cast<float>(1000 * (i / n)); });
+  r = buffer((n + 1) * W, sentinel);
+  c.alltoallv(big, counts, sdispl, r, counts, rdispl, DataType::f32, gpu).wait();
+  check(mem, r, (n + 1) * W, at + "alltoallv with gaps", rep, [&](size_t i) {
+    const size_t from = i / (n + 1), k = i % (n + 1);
+    return k == n ? kSentinel : value(static_cast<int>(from), static_cast<size_t>(rank) * n + k) + 1000.0f * rank;
+  });
+  c.barrier().wait();
+  mem.reset();
+}
+
+class CrossNodeStaging : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(CrossNodeStaging, EveryCollectiveOnDeviceMemoryMatchesTheReference) {
+  const Layout l = GetParam();
+  auto res = run_ranks(l.hosts * l.per_host, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    FarMemory mem(size_t{96} << 20);
+    device::set_cuda_stand_in([&mem](int) { return std::make_unique<FarDevice>(mem); });
+    struct Unset {
+      ~Unset() { device::set_cuda_stand_in({}); }
+    } unset;
+    for (const char* algos : {"allreduce:hier,allgather:hier,reduce_scatter:hier",
+                              "allreduce:net_direct,allgather:net_direct,reduce_scatter:net_direct"}) {
+      Options o;
+      o.timeout = 120s;
+      o.algorithms = algos;
+      Communicator c(store, rank, w, o);
+      for (size_t n : {size_t{5}, size_t{70001}}) every_collective(c, mem, n, algos, rep);
+    }
+    // A collective that fails (the ranks disagree) copies nothing back: the output keeps its
+    // sentinels on every rank, and every rank gets the error.
+    Options o;
+    o.timeout = 60s;
+    o.name = "mismatch";
+    Communicator c(store, rank, w, o);
+    const size_t n = 64 + (rank == 0 ? 1 : 0);
+    float* s = mem.alloc<float>(n);
+    float* r = mem.alloc<float>(n);
+    for (size_t i = 0; i < n; ++i) {
+      mem.host(s)[i] = value(rank, i);
+      mem.host(r)[i] = kSentinel;
+    }
+    expect_throw<MismatchError>(
+        rep, "allreduce of 65 against 64 elements",
+        [&] { c.allreduce(s, r, n, DataType::f32, ReduceOp::sum, Memory::cuda(0)).wait(); },
+        "ranks called different collectives");
+    check(mem, r, n, "the failed allreduce's output", rep, [](size_t) { return kSentinel; });
+  }, pretend_nodes(l));
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CrossNodeStaging, ::testing::Values(Layout{2, 2}, Layout{2, 1}, Layout{3, 1}),
+                         [](const ::testing::TestParamInfo<Layout>& i) {
+                           return std::to_string(i.param.hosts) + "x" + std::to_string(i.param.per_host);
+                         });
+
+}  // namespace
+}  // namespace smddp::testing

@@ -1,0 +1,94 @@
+// A stand-in for CUDA device memory on machines without a GPU (device/cuda.h's set_cuda_stand_in):
+// "device memory" the host and the network cannot touch, and a device that can. The arena is one
+// memfd mapped twice: the view handed out as device pointers is PROT_NONE, so a CPU copy or
+// reduction, or a send or receive by the kernel's sockets, of a device buffer that should have
+// been staged faults (SIGSEGV, or EFAULT from the socket) instead of passing; the device's
+// copies and reductions go through the second, writable view, and land late (LateDevice), as on
+// a stream, so a missing fence shows stale bytes. Tests read and write buffers through host().
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "collective/late_device.h"
+#include "device/device.h"
+
+namespace smddp::testing {
+
+class FarMemory {
+ public:
+  explicit FarMemory(size_t bytes) : bytes_(bytes) {
+    fd_ = ::memfd_create("smddp-test-far", 0);
+    if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) throw std::runtime_error("memfd");
+    void* far = ::mmap(nullptr, bytes, PROT_NONE, MAP_SHARED, fd_, 0);
+    void* near = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (far == MAP_FAILED || near == MAP_FAILED) throw std::runtime_error("mmap far memory");
+    far_ = static_cast<std::byte*>(far);
+    near_ = static_cast<std::byte*>(near);
+  }
+  ~FarMemory() {
+    ::munmap(far_, bytes_);
+    ::munmap(near_, bytes_);
+    ::close(fd_);
+  }
+  FarMemory(const FarMemory&) = delete;
+  FarMemory& operator=(const FarMemory&) = delete;
+
+  // A "device" buffer of `count` Ts (64-byte aligned); reset() frees them all.
+  template <class T>
+  T* alloc(size_t count) {
+    const size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
+    if (used_ + bytes > bytes_) throw std::runtime_error("far memory arena exhausted");
+    T* p = reinterpret_cast<T*>(far_ + used_);
+    used_ += bytes;
+    return p;
+  }
+  void reset() { used_ = 0; }
+  // The host's view of a device pointer (the test's own reads and writes; the device's work).
+  template <class T>
+  T* host(T* device_ptr) const {
+    return reinterpret_cast<T*>(translate(device_ptr));
+  }
+  // Device pointers become their writable view; any other pointer (host memory) is itself.
+  void* translate(const void* p) const {
+    const auto* b = static_cast<const std::byte*>(p);
+    if (b >= far_ && b < far_ + bytes_) return near_ + (b - far_);
+    return const_cast<void*>(p);
+  }
+
+ private:
+  size_t bytes_, used_ = 0;
+  int fd_ = -1;
+  std::byte *far_ = nullptr, *near_ = nullptr;
+};
+
+// The device of that memory: copies and reductions in any direction between it and host memory,
+// late (on LateDevice's worker thread), fence() when they landed.
+class FarDevice final : public device::Device {
+ public:
+  explicit FarDevice(const FarMemory& mem) : mem_(mem) {}
+  const char* name() const override { return "far"; }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    late_.copy(mem_.translate(dst), mem_.translate(src), bytes);
+  }
+  void reduce(const reduce::ReduceArgs& args) override {
+    std::vector<const void*> srcs(args.srcs, args.srcs + args.nsrc);
+    for (auto& s : srcs) s = mem_.translate(s);
+    reduce::ReduceArgs a = args;
+    a.dst = mem_.translate(args.dst);
+    a.srcs = srcs.data();
+    late_.reduce(a);  // LateDevice keeps its own copy of the sources' addresses
+  }
+  void fence() override { late_.fence(); }
+
+ private:
+  const FarMemory& mem_;
+  LateDevice late_;
+};
+
+}  // namespace smddp::testing
