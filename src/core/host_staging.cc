@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 namespace smddp::detail {
 
@@ -61,12 +62,25 @@ CollArgs HostStaging::stage_in(device::Device& dev, const CollArgs& a, int rank,
   }
   if (hs) h.send = hs;
   if (hr) h.recv = hr;
-  // alltoallv's blocks may leave gaps in recv that the caller's data fills: bring them along,
-  // so the copy back of the whole extent rewrites them unchanged.
-  const bool gaps = a.kind == CollKind::alltoall && !a.uniform;
-  if (hr && use.writes_recv && gaps) dev.copy(hr, a.recv, rb);
   if (hs && use.reads_send) dev.copy(hs, a.send, sb);
-  if (hr && use.writes_recv) out_.push_back({a.recv, hr, rb});
+  if (hr && use.writes_recv) {
+    if (a.kind == CollKind::alltoall && !a.uniform) {
+      // alltoallv's blocks may leave gaps in recv that are the caller's, not the collective's:
+      // copy back each block (adjacent ones merged), never the gaps.
+      const size_t es = dtype_size(a.dtype);
+      std::vector<std::pair<size_t, size_t>> blocks;  // [begin, end) in elements
+      for (size_t j = 0; j < a.recv_counts.size() && j < a.recv_displs.size(); ++j)
+        if (a.recv_counts[j] > 0) blocks.emplace_back(a.recv_displs[j], a.recv_displs[j] + a.recv_counts[j]);
+      std::sort(blocks.begin(), blocks.end());
+      for (size_t i = 0; i < blocks.size();) {
+        auto [begin, end] = blocks[i];
+        for (++i; i < blocks.size() && blocks[i].first <= end; ++i) end = std::max(end, blocks[i].second);
+        out_.push_back({static_cast<std::byte*>(a.recv) + begin * es, hr + begin * es, (end - begin) * es});
+      }
+    } else {
+      out_.push_back({a.recv, hr, rb});
+    }
+  }
   dev.fence();
   return h;
 }

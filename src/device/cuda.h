@@ -45,7 +45,8 @@ void* cuda_stream(Device& dev);
 // cuda_device_count() is 1 and cuda_device() returns the stand-in's Device, whose "device memory"
 // the host and the network cannot read (tests/collective/far_device.h: what CUDA memory is to a
 // provider without FI_HMEM). Nothing else of CUDA is stood in for (no IPC, no streams): it serves
-// the paths that touch device memory only through the Device, such as host staging across nodes.
+// the paths that touch device memory only through the Device, such as host staging across nodes
+// (cuda_register_host then declines: CUDA is never started).
 using CudaStandIn = std::function<std::unique_ptr<Device>(int ordinal)>;
 void set_cuda_stand_in(CudaStandIn make);  // empty: CUDA itself again
 const CudaStandIn& cuda_stand_in();

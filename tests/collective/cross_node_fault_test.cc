@@ -59,7 +59,7 @@ class LinkFaults {
       const std::string f = dir_ + "/host" + std::to_string(h);
       std::string err;
       if (hosts_.run_in(h, "iptables -A OUTPUT -o eth0 -j NFQUEUE --queue-num 7 --queue-bypass", &err) != 0) {
-        why_ = "no tc netem (" + out.substr(0, 60) + ") and no NFQUEUE: " + err;
+        broken_ = "no tc netem (" + out.substr(0, 60) + ") and iptables' NFQUEUE failed: " + err;
         return;
       }
       // setsid + redirections: the shaper outlives the shell popen waits for. --seconds bounds
@@ -68,7 +68,7 @@ class LinkFaults {
                            "--reorder 10 --seconds 600 --seed " + std::to_string(h + 1) + " --stats " + f + ".stats >" + f +
                            ".log 2>&1 </dev/null & echo $! >" + f + ".pid");
       if (!wait_for_text(f + ".log", "ready")) {
-        why_ = "smddp_link_shaper did not start on host " + std::to_string(h) + ": " + read_file(f + ".log");
+        broken_ = "smddp_link_shaper did not start on host " + std::to_string(h) + ": " + read_file(f + ".log");
         return;
       }
     }
@@ -81,7 +81,9 @@ class LinkFaults {
   ~LinkFaults() {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
+  // Why the faults cannot be made here (skip), or why the means this build has failed (fail).
   const std::string& why_unavailable() const { return why_; }
+  const std::string& broken() const { return broken_; }
   const std::string& how() const { return how_; }
   bool shaped() const { return !dir_.empty(); }
 
@@ -90,7 +92,8 @@ class LinkFaults {
     std::vector<std::string> counts;
     for (int h = 0; h < 2 && shaped(); ++h) {
       const std::string f = dir_ + "/host" + std::to_string(h);
-      hosts_.run_in(h, "kill -TERM $(cat " + f + ".pid)");
+      // The pid only if it is still the shaper's (the namespace shares the machine's pids).
+      hosts_.run_in(h, "pkill -TERM -F " + f + ".pid -f smddp_link_shaper");
       counts.push_back(wait_for_text(f + ".stats", "overtaken=") ? read_file(f + ".stats") : "");
     }
     return counts;
@@ -110,7 +113,7 @@ class LinkFaults {
     return false;
   }
   const NetnsHosts& hosts_;
-  std::string dir_, why_, how_;
+  std::string dir_, why_, broken_, how_;
 };
 
 long count_of(const std::string& counts, const std::string& name) {
@@ -122,6 +125,7 @@ TEST(CrossNodeFaults, LossDelayAndReorderingKeepResultsExact) {
   NetnsHosts hosts(2);
   if (!hosts.available()) GTEST_SKIP() << hosts.why_unavailable();
   LinkFaults faults(hosts);
+  ASSERT_TRUE(faults.broken().empty()) << faults.broken();
   if (!faults.why_unavailable().empty()) GTEST_SKIP() << faults.why_unavailable();
   auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;

@@ -12,7 +12,7 @@
 //
 // It stops on SIGTERM/SIGINT or after S seconds (default 300: never outlives its test), accepts
 // every packet it still holds, and writes one line of counts to FILE (and stdout):
-//   seen=... dropped=... delayed=... sent_at_once=... overtaken=...
+//   seen=... dropped=... delayed=... sent_at_once=... overtaken=... unnotified=...
 // `overtaken` counts packets released while one queued earlier was still held: reordering that
 // really happened. The queue is fail-open (a full queue passes packets) and the rule bypasses
 // the queue when no program listens, so a dead shaper never cuts the link.
@@ -51,7 +51,7 @@ struct Settings {
 };
 
 struct Counts {
-  unsigned long seen = 0, dropped = 0, delayed = 0, sent_at_once = 0, overtaken = 0;
+  unsigned long seen = 0, dropped = 0, delayed = 0, sent_at_once = 0, overtaken = 0, unnotified = 0;
 };
 
 struct Held {
@@ -70,6 +70,7 @@ struct Shaper {
   std::priority_queue<Held, std::vector<Held>, std::greater<>> held;
   std::set<uint64_t> held_arrivals;  // arrival numbers still held, oldest first
   uint64_t arrivals = 0;
+  uint32_t next_id_ = 0;  // the id the next notification should carry (0: none seen yet)
 
   void accept(uint32_t id, uint64_t arrival) {
     if (!held_arrivals.empty() && *held_arrivals.begin() < arrival) ++n.overtaken;
@@ -77,6 +78,15 @@ struct Shaper {
   }
 
   void on_packet(uint32_t id) {
+    // The kernel numbers a queue's packets 1, 2, 3, ...: a gap is packets whose notification
+    // was lost (ENOBUFS). They wait in the kernel until they get a verdict, and TCP does not
+    // resend a segment still queued on its host: accept them now, or the connection stalls.
+    if (next_id_ != 0 && id - next_id_ < 65536)  // else not a gap (ids wrapped, or a stray)
+      for (uint32_t lost = next_id_; lost != id; ++lost) {
+        ++n.unnotified;
+        nfq_set_verdict(qh, lost, NF_ACCEPT, 0, nullptr);
+      }
+    next_id_ = id + 1;
     ++n.seen;
     const uint64_t arrival = arrivals++;
     if (pct(rng) < s.loss_pct) {
@@ -190,8 +200,7 @@ int main(int argc, char** argv) {
     if (ppoll(&p, 1, &ts, nullptr) > 0) {
       const ssize_t got = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
       if (got > 0) nfq_handle_packet(h, buf.data(), static_cast<int>(got));
-      // ENOBUFS: notifications were lost; those packets wait in the kernel queue until the
-      // queue closes. Counted as nothing; TCP resends them meanwhile.
+      // ENOBUFS: notifications were lost; on_packet accepts those packets at the next id.
     }
   }
   sh.release_due(Clock::now(), true);
@@ -199,8 +208,8 @@ int main(int argc, char** argv) {
   nfq_close(h);
 
   char line[256];
-  std::snprintf(line, sizeof line, "seen=%lu dropped=%lu delayed=%lu sent_at_once=%lu overtaken=%lu\n", sh.n.seen,
-                sh.n.dropped, sh.n.delayed, sh.n.sent_at_once, sh.n.overtaken);
+  std::snprintf(line, sizeof line, "seen=%lu dropped=%lu delayed=%lu sent_at_once=%lu overtaken=%lu unnotified=%lu\n",
+                sh.n.seen, sh.n.dropped, sh.n.delayed, sh.n.sent_at_once, sh.n.overtaken, sh.n.unnotified);
   std::fputs(line, stdout);
   if (!sh.s.stats_path.empty()) {
     if (FILE* f = std::fopen(sh.s.stats_path.c_str(), "w")) {
