@@ -6,7 +6,21 @@
 
 #include <utility>
 
+#include "core/logging.h"
+
 namespace smddp::ofi {
+
+inline const char* class_name(size_t fclass) {
+  switch (fclass) {
+    case FI_CLASS_FABRIC: return "fabric";
+    case FI_CLASS_DOMAIN: return "domain";
+    case FI_CLASS_EP: return "endpoint";
+    case FI_CLASS_AV: return "address vector";
+    case FI_CLASS_MR: return "memory region";
+    case FI_CLASS_CQ: return "completion queue";
+    default: return "libfabric object";
+  }
+}
 
 template <class T>
 class FidOwner {
@@ -31,7 +45,14 @@ class FidOwner {
     return &p_;
   }
   void reset() {
-    if (p_) fi_close(&p_->fid);
+    // A close the provider refuses (busy) leaves the object, and what it holds, open: say so,
+    // since nothing else would (docs/reliability.md: a leak found this way).
+    if (p_) {
+      if (const int rc = fi_close(&p_->fid); rc != 0) {
+        SMDDP_LOG(INFO, -1) << "libfabric: closing a " << class_name(p_->fid.fclass) << " failed: " << fi_strerror(-rc)
+                            << " (" << rc << "); it stays open";
+      }
+    }
     p_ = nullptr;
   }
 
