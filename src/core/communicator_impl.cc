@@ -83,18 +83,22 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     shm_->set_idle_hook([ep = net_.get()] { ep->progress(); });
     // Scratch buffers are registered with the network once, when made (where the provider
     // needs registered memory), instead of on every transfer.
-    scratch_ = std::make_unique<algorithms::ScratchPool>(
-        [ep = net_.get()](const void* p, size_t n) { ep->register_region(p, n); },
-        [ep = net_.get()](const void* p, size_t) { ep->unregister_region(p); });
+    const algorithms::ScratchPool::Hook to_net = [ep = net_.get()](const void* p, size_t n) {
+      ep->register_region(p, n);
+    };
+    const algorithms::ScratchPool::Hook off_net = [ep = net_.get()](const void* p, size_t) {
+      ep->unregister_region(p);
+    };
+    scratch_ = std::make_unique<algorithms::ScratchPool>(to_net, off_net);
     // Host copies of CUDA buffers (host_staging.h): also page-locked where CUDA is, so the
     // device's copies run at full speed and without the driver's own staging.
     staging_pool_ = std::make_unique<algorithms::ScratchPool>(
-        [ep = net_.get()](const void* p, size_t n) {
+        [to_net](const void* p, size_t n) {
           device::cuda_register_host(const_cast<void*>(p), n);
-          ep->register_region(p, n);
+          to_net(p, n);
         },
-        [ep = net_.get()](const void* p, size_t) {
-          ep->unregister_region(p);
+        [off_net](const void* p, size_t n) {
+          off_net(p, n);
           device::cuda_unregister_host(const_cast<void*>(p));
         });
 #else
@@ -326,8 +330,9 @@ CommunicatorImpl::CudaSide::~CudaSide() {
 
 namespace {
 // Empty when this process can use CUDA, else why not (asked once: it initialises CUDA).
-std::string cuda_problem() {
-  if (device::cuda_stand_in()) return "";  // tests: set after the answer below may be cached
+const std::string& cuda_problem() {
+  static const std::string none;
+  if (device::cuda_stand_in()) return none;  // tests: set after the answer below may be cached
   static const std::string why = [] {
     std::string w;
     return device::cuda_usable(&w) ? std::string() : w;
@@ -340,7 +345,7 @@ void CommunicatorImpl::check_memory(const CollArgs& args) const {
   if (args.memory.kind == Memory::Kind::host) return;
   const std::string what = prefix() + algorithms::to_string(args.kind) + " on CUDA device " +
                            std::to_string(args.memory.device) + " memory: ";
-  if (const std::string why = cuda_problem(); !why.empty()) throw InvalidArgument(what + why);
+  if (const std::string& why = cuda_problem(); !why.empty()) throw InvalidArgument(what + why);
   const int n = device::cuda_device_count();
   if (args.memory.device < 0 || args.memory.device >= n)
     throw InvalidArgument(what + "no such device (this process sees " + std::to_string(n) + ")");
