@@ -14,12 +14,6 @@ def test_random_collectives_match_the_oracle(smddp_built, nproc, nodes, ops):
     assert_all_ok(p, nproc)
 
 
-# An open defect this test found (docs/reliability.md, "An intermittent hang across hosts"): with
-# both cores busy, about 1 run in 4 hangs until the 120 s timeout (rank 0's reduce waits for a
-# rank of the other host that never sends). Disabled until it is fixed, so CI stays meaningful;
-# reproduce with the command in reliability.md.
-@pytest.mark.skip(reason="open defect: intermittent hang across namespace hosts under CPU contention "
-                         "(docs/reliability.md)")
 @needs_hosts
 def test_random_collectives_on_two_namespace_hosts_match_the_oracle(smddp_built):
     """The same soak on two pretend hosts x 2 ranks (tools/netns: libfabric tcp over veth links,
@@ -34,3 +28,17 @@ def test_random_collectives_on_two_namespace_hosts_match_the_oracle(smddp_built)
     for r in range(4):
         assert f"rank {r} ALL OK" in out, out[-6000:]
     assert "topology: 2 nodes" in out, "smddp did not see two nodes:\n" + out[-6000:]
+
+
+@needs_hosts
+def test_mid_size_messages_that_arrive_early_across_hosts(smddp_built):
+    """The defect the two-host soak found (docs/reliability.md): 64 KiB messages of a subgroup
+    spanning two hosts unevenly, arriving before their receives (workers/early_mid_size.py)."""
+    hosts = NamespaceHosts(2)
+    try:
+        codes, out = hosts.torchrun(os.path.join(WORKERS, "early_mid_size.py"), 2, "1000", timeout=300)
+    finally:
+        hosts.close()
+    assert codes == [0, 0], out[-6000:]
+    for r in range(4):
+        assert f"rank {r} ALL OK" in out, out[-6000:]

@@ -62,19 +62,30 @@ InfoOwner hints_for(const char* provider, bool rma) {
 constexpr size_t kMaxChunk = size_t{1} << 30;
 
 // Settings of libfabric's own that its providers read when they open an endpoint; a value the
-// user set wins. rxm over tcp (tcp;ofi_rxm) sends a message above its eager limit (16 KiB) by
-// rendezvous, with an RMA read of the sender's buffer. libfabric 1.17's tcp reports a read that
-// a failing connection cuts short twice, the second time after freeing it (fixed upstream in
-// 1.18: "prov/tcp: Suspicion of bug where RX entry is freed twice"), and rxm dereferences that
-// report's null context: a link going down mid-message crashed the process as it closed its
-// endpoint (CrossNodeFaults.LinkDown..., about 1 run in 3), a peer dying mid-message could crash
-// it in progress. rxm's rendezvous by RMA write (FI_OFI_RXM_USE_RNDV_WRITE) hung under our
-// traffic. So over tcp every message is eager: tcp places it straight into the posted receive
-// (rxm's dynamic receive buffers; an unexpected one is held whole until its receive is posted),
-// no RMA read ever runs. Measured on namespace hosts in docs/transport-between-nodes.md.
+// user set wins. rxm over tcp (tcp;ofi_rxm) has three ways to send a message: eager (up to its
+// eager limit, 16 KiB), segmentation and reassembly (SAR, up to 8x that) and rendezvous (the
+// receiver reads the sender's buffer by RMA).
+// - SAR is off: libfabric 2.1's rxm loses a SAR message that arrives before its receive is
+//   posted, now and then (a collective hangs until its timeout; 2 runs of 3 of a 3-rank
+//   subgroup allgather of 64 KiB across two hosts, docs/reliability.md). Any limit at most the
+//   eager limit turns it off; libfabric 1.17's rxm over tcp never uses SAR.
+// - Eager as far as it goes: libfabric 1.17's tcp reports a rendezvous read that a failing
+//   connection cuts short twice, the second time after freeing it (fixed upstream in 1.18:
+//   "prov/tcp: Suspicion of bug where RX entry is freed twice"), and rxm dereferences that
+//   report's null context: a link going down mid-message crashed the process as it closed its
+//   endpoint (CrossNodeFaults.LinkDown..., about 1 run in 3). rxm's rendezvous by RMA write
+//   (FI_OFI_RXM_USE_RNDV_WRITE) hung under our traffic. So the eager limit is the largest chunk:
+//   1.17's tcp places every message straight into its posted receive (rxm's dynamic receive
+//   buffers; an unexpected one is held whole until its receive is posted), no RMA read runs.
+//   libfabric 2.x's rxm no longer reads that setting (its eager limit is its buffer size), so
+//   there messages above 16 KiB go by rendezvous read, which 1.18 fixed.
+// Measured on namespace hosts in docs/transport-between-nodes.md.
 void configure_providers_once() {
   static std::once_flag once;
-  std::call_once(once, [] { ::setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kMaxChunk).c_str(), /*overwrite=*/0); });
+  std::call_once(once, [] {
+    ::setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kMaxChunk).c_str(), /*overwrite=*/0);
+    ::setenv("FI_OFI_RXM_SAR_LIMIT", "0", /*overwrite=*/0);
+  });
 }
 
 // rma: also RMA writes with remote completion data (at least 4 bytes of it), and injects big
