@@ -22,7 +22,7 @@ const std::vector<Param>& params() {
       {"SMDDP_INLINE", "1", "1: run a collective on the calling thread when the engine is idle (lower latency)."},
       {"SMDDP_REDUCE_ISA", "", "Force the CPU reduction kernels: avx512, avx2 or scalar (default: best the CPU has)."},
       {"SMDDP_NODE_ID", "", "Overrides which node this rank is on (default: host name + kernel boot id); ranks with equal ids share memory."},
-      {"SMDDP_OFI_PROVIDER", "", "libfabric provider for traffic between nodes (default: efa, then tcp;ofi_rxm, tcp, sockets; FI_PROVIDER also works)."},
+      {"SMDDP_OFI_PROVIDER", "", "libfabric provider for traffic between nodes (default: efa, then tcp, tcp;ofi_rxm, sockets; with libfabric 1.x tcp;ofi_rxm before tcp; FI_PROVIDER also works)."},
       {"SMDDP_OFI_RAILS", "", "Domains (NICs) the ranks of a node spread over: comma-separated names, or all (default: every NIC for efa/verbs, the first interface for tcp)."},
       {"SMDDP_OFI_REGISTER", "auto", "auto: register buffers with libfabric where the provider asks (FI_MR_LOCAL); always: everywhere (tests the registration paths)."},
       {"SMDDP_OFI_RMA", "auto", "Collective messages of at least this many bytes go between nodes by RMA write where the provider has it; off: tagged only; auto: 1m over native tcp, off over tcp;ofi_rxm (a failing connection mid-write crashes rxm) and elsewhere."},

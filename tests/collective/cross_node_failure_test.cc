@@ -61,7 +61,6 @@ TEST(CrossNodeFailure, KilledRankIsNamedOnEveryNode) {
 TEST(CrossNodeFailure, KilledDuringA64MiBAllreduceIsNamedOnEveryNode) {
   NetnsHosts hosts(2);
   RunOptions ro = hosts_options(hosts.available() ? &hosts : nullptr, 2, 2);
-  ro.known_fd_leak = known_leak_after_cut_transfers();
   auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     {
       Options o;

@@ -235,7 +235,6 @@ TEST(CrossNodeFaults, LinkDownIsAnErrorNamingAnUnreachableRankThenEachSideRegrou
     if (b[0] != want || b.back() != want) rep.fail("the regrouped pair got " + std::to_string(b[0]));
   }, [&] {
     RunOptions ro = two_hosts_two_ranks(hosts);
-    ro.known_fd_leak = known_leak_after_cut_transfers();
     return ro;
   }());
   ASSERT_TRUE(res.ok()) << res.summary();

@@ -1,9 +1,5 @@
 #include "collective/harness.h"
 
-#ifdef SMDDP_HAVE_LIBFABRIC
-#include <rdma/fabric.h>
-#endif
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -122,21 +118,13 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
         if (threads_after != threads_before)
           report.fail("thread leak: " + std::to_string(threads_before) + " threads before, " +
                       std::to_string(threads_after) + " after");
-        std::vector<std::string> leaks;
-        bool only_progress_fds = true;
         for (const auto& [fd, what] : open_fds()) {
           const auto before = fds_before.find(fd);
           if (before != fds_before.end() && before->second == what) continue;
           // Drivers' device files (CUDA, EFA verbs) stay open for the process's life once a
           // library first uses them: not ours to close.
           if (what.rfind("/dev/nvidia", 0) == 0 || what.rfind("/dev/infiniband/", 0) == 0) continue;
-          leaks.push_back("fd leak: fd " + std::to_string(fd) + " (" + what + ") still open");
-          only_progress_fds &= what.rfind("socket:", 0) == 0 || what == "anon_inode:[eventpoll]";
-        }
-        const bool known = !opts.known_fd_leak.empty() && only_progress_fds && leaks.size() <= 3;
-        for (const auto& l : leaks) {
-          if (known) std::fprintf(stderr, "rank %d: %s (known: %s)\n", r, l.c_str(), opts.known_fd_leak.c_str());
-          else report.fail(l);
+          report.fail("fd leak: fd " + std::to_string(fd) + " (" + what + ") still open");
         }
       } catch (const std::exception& e) {
         report.fail(std::string("uncaught exception: ") + e.what());
@@ -190,14 +178,6 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   return result;
-}
-
-std::string known_leak_after_cut_transfers() {
-#if defined(SMDDP_HAVE_LIBFABRIC) && defined(FI_MAJOR_VERSION) && FI_MAJOR_VERSION >= 2
-  return "libfabric 2.x keeps a failed domain's progress fds (docs/reliability.md, open defect)";
-#else
-  return "";
-#endif
 }
 
 namespace {

@@ -37,10 +37,6 @@ struct RunOptions {
   // Runs in each rank before its threads are counted (the leak check): for a library that starts
   // threads for the process's life when first used, such as the CUDA driver's.
   std::function<void()> before_thread_count;
-  // A known defect, with its written reason: up to three leaked sockets/epoll fds (a libfabric
-  // domain's progress that did not close) are printed with this reason instead of failing the
-  // rank. Anything else still fails. Empty: every leak fails.
-  std::string known_fd_leak;
 };
 
 // Pretend hosts for a test (tools/netns): network namespaces joined through a bridge. Removed
@@ -85,12 +81,6 @@ struct RunResult {
 // fn runs in each child with (rank, world, store, report). It makes its own communicators.
 using RankFn = std::function<void(int rank, int world, std::shared_ptr<Store> store, Report& report)>;
 RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts = {});
-
-// RunOptions::known_fd_leak for the tests whose transfers a dead peer or a downed link cuts:
-// with libfabric 2.x (trixie's 2.1) the failed communicator's domain keeps its progress fds (an
-// epoll and a socket pair) open; 1.17 closes everything. An open defect (docs/reliability.md).
-// Empty (every leak fails) with libfabric 1.x.
-std::string known_leak_after_cut_transfers();
 
 // Records a failure unless f() throws an E whose message contains `must_contain`.
 template <class E, class F>

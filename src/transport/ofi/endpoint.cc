@@ -88,6 +88,17 @@ void configure_providers_once() {
   });
 }
 
+// The providers tried, in order, when none is forced. Over TCP: libfabric 1.17's tcp has
+// reliable-datagram endpoints only as rxm layered on it (tcp;ofi_rxm). libfabric 2.x's tcp has
+// its own (the former "net" provider, merged into tcp), and there rxm is the worse choice: 2.1's
+// rxm loses SAR messages (configure_providers_once) and keeps a domain open, with three fds of
+// its progress, after a connection was cut mid-transfer (docs/reliability.md), neither of which
+// the native endpoints do.
+std::vector<std::string> default_providers() {
+  if (FI_MAJOR(fi_version()) >= 2) return {"efa", "tcp", "tcp;ofi_rxm", "sockets"};
+  return {"efa", "tcp;ofi_rxm", "tcp", "sockets"};
+}
+
 // rma: also RMA writes with remote completion data (at least 4 bytes of it), and injects big
 // enough for a ticket.
 InfoOwner getinfo(const char* provider, bool rma = false) {
@@ -408,7 +419,7 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   std::string forced = config::get_string("SMDDP_OFI_PROVIDER");
   if (forced.empty() && std::getenv("FI_PROVIDER")) forced = std::getenv("FI_PROVIDER");
   if (!forced.empty()) candidates = {forced};
-  else candidates = {"efa", "tcp;ofi_rxm", "tcp", "sockets"};
+  else candidates = default_providers();
   for (const auto& c : candidates) {
     // Where RMA is wanted, a provider with RMA writes (and remote completion data) first; one
     // without them still serves, tagged only.
