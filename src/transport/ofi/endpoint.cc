@@ -77,8 +77,8 @@ constexpr size_t kMaxChunk = size_t{1} << 30;
 //   (FI_OFI_RXM_USE_RNDV_WRITE) hung under our traffic. So the eager limit is the largest chunk:
 //   1.17's tcp places every message straight into its posted receive (rxm's dynamic receive
 //   buffers; an unexpected one is held whole until its receive is posted), no RMA read runs.
-//   libfabric 2.x's rxm no longer reads that setting (its eager limit is its buffer size), so
-//   there messages above 16 KiB go by rendezvous read, which 1.18 fixed.
+//   rxm from libfabric 1.20 on no longer reads that setting (its eager limit is its buffer
+//   size), so there messages above 16 KiB go by rendezvous read, which 1.18 fixed.
 // Measured on namespace hosts in docs/transport-between-nodes.md.
 void configure_providers_once() {
   static std::once_flag once;
@@ -89,8 +89,9 @@ void configure_providers_once() {
 }
 
 // The providers tried, in order, when none is forced. Over TCP: libfabric 1.17's tcp has
-// reliable-datagram endpoints only as rxm layered on it (tcp;ofi_rxm). libfabric 2.x's tcp has
-// its own (the former "net" provider, merged into tcp), and there rxm is the worse choice: 2.1's
+// reliable-datagram endpoints only as rxm layered on it (tcp;ofi_rxm). tcp has its own from
+// 1.18 (the former "net" provider, merged into tcp); preferred from 2.x, the versions tested
+// (2.1), where rxm is the worse choice: 2.1's
 // rxm loses SAR messages (configure_providers_once) and keeps a domain open, with three fds of
 // its progress, after a connection was cut mid-transfer (docs/reliability.md), neither of which
 // the native endpoints do.
