@@ -14,19 +14,25 @@ def test_random_collectives_match_the_oracle(smddp_built, nproc, nodes, ops):
     assert_all_ok(p, nproc)
 
 
-@needs_hosts
-def test_random_collectives_on_two_namespace_hosts_match_the_oracle(smddp_built):
-    """The same soak on two pretend hosts x 2 ranks (tools/netns: libfabric tcp over veth links,
-    torchrun on each host as users start multi-node jobs)."""
+def run_on_two_hosts(worker, *args, timeout, env):
+    """torchrun of `worker` on two namespace hosts x 2 ranks; asserts every rank passed and
+    returns the output (removing the hosts whatever happened)."""
     hosts = NamespaceHosts(2)
     try:
-        codes, out = hosts.torchrun(os.path.join(WORKERS, "soak.py"), 2, "300", "12", timeout=600,
-                                    env={"SMDDP_DEBUG": "INFO"})
+        codes, out = hosts.torchrun(os.path.join(WORKERS, worker), 2, *args, timeout=timeout, env=env)
     finally:
         hosts.close()
     assert codes == [0, 0], out[-6000:]
     for r in range(4):
         assert f"rank {r} ALL OK" in out, out[-6000:]
+    return out
+
+
+@needs_hosts
+def test_random_collectives_on_two_namespace_hosts_match_the_oracle(smddp_built):
+    """The same soak on two pretend hosts x 2 ranks (tools/netns: libfabric tcp over veth links,
+    torchrun on each host as users start multi-node jobs)."""
+    out = run_on_two_hosts("soak.py", "300", "12", timeout=600, env={"SMDDP_DEBUG": "INFO"})
     assert "topology: 2 nodes" in out, "smddp did not see two nodes:\n" + out[-6000:]
 
 
@@ -36,15 +42,8 @@ def test_mid_size_messages_that_arrive_early_across_hosts(smddp_built, provider)
     """The defect the two-host soak found (docs/reliability.md): 64 KiB messages of a subgroup
     spanning two hosts unevenly, arriving before their receives (workers/early_mid_size.py).
     rxm is where it was (its SAR protocol); the default provider is what users get."""
-    hosts = NamespaceHosts(2)
-    try:
-        codes, out = hosts.torchrun(os.path.join(WORKERS, "early_mid_size.py"), 2, "1000", timeout=300,
-                                    env={"SMDDP_OFI_PROVIDER": provider, "SMDDP_DEBUG": "INFO"})
-    finally:
-        hosts.close()
-    assert codes == [0, 0], out[-6000:]
-    for r in range(4):
-        assert f"rank {r} ALL OK" in out, out[-6000:]
+    out = run_on_two_hosts("early_mid_size.py", "1000", timeout=300,
+                           env={"SMDDP_OFI_PROVIDER": provider, "SMDDP_DEBUG": "INFO"})
     # The provider named, or with none named the native tcp on libfabric 2.x (1.x: rxm).
     want = provider or ("tcp" if "libfabric 2." in out else "tcp;ofi_rxm")
     assert f"provider {want} (" in out, out[-6000:]

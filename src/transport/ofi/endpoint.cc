@@ -91,10 +91,9 @@ void configure_providers_once() {
 // The providers tried, in order, when none is forced. Over TCP: libfabric 1.17's tcp has
 // reliable-datagram endpoints only as rxm layered on it (tcp;ofi_rxm). tcp has its own from
 // 1.18 (the former "net" provider, merged into tcp); preferred from 2.x, the versions tested
-// (2.1), where rxm is the worse choice: 2.1's
-// rxm loses SAR messages (configure_providers_once) and keeps a domain open, with three fds of
-// its progress, after a connection was cut mid-transfer (docs/reliability.md), neither of which
-// the native endpoints do.
+// (2.1), where rxm is the worse choice: 2.1's rxm loses SAR messages (configure_providers_once)
+// and keeps a domain open, with three fds of its progress, after a connection was cut
+// mid-transfer (docs/reliability.md), neither of which the native endpoints do.
 std::vector<std::string> default_providers() {
   if (FI_MAJOR(fi_version()) >= 2) return {"efa", "tcp", "tcp;ofi_rxm", "sockets"};
   return {"efa", "tcp;ofi_rxm", "tcp", "sockets"};

@@ -1,7 +1,8 @@
 // The libfabric transport: one reliable-datagram endpoint (FI_EP_RDM) per rank, tagged messages.
 //
 // Provider choice: SMDDP_OFI_PROVIDER, else FI_PROVIDER, else the first that offers FI_EP_RDM
-// with tagged messages of efa, tcp, tcp;ofi_rxm, sockets (libfabric 1.x: rxm before tcp). Addresses travel through the Store.
+// with tagged messages of efa, tcp, tcp;ofi_rxm, sockets (libfabric 1.x: rxm before tcp).
+// Addresses travel through the Store.
 // Never assumes order between messages (EFA's SRD delivers out of order): every message is
 // matched by its 64-bit tag, which carries the sender's rank, the caller's tag and a chunk
 // index (messages above the provider's max_msg_size are cut into chunks), XORed with the

@@ -9,7 +9,6 @@ half the runs.
 Usage: early_mid_size.py ROUNDS. Prints "rank R ALL OK" or exits nonzero.
 """
 import datetime
-import os
 import random
 import sys
 import time
@@ -29,15 +28,21 @@ members = [1, 2, 3]
 sub = dist.new_group(members)
 check, done = checker()
 rng = random.Random(rank)
+
+
+def bytes_of(member, i):
+    """What `member` contributes in round `i`."""
+    return torch.arange(SIZE, dtype=torch.int64).add(member + i).remainder(251).to(torch.uint8)
+
+
 failed = False
 for i in range(ROUNDS):
     if rank in members:
         time.sleep(rng.random() * 0.002)
-        mine = torch.arange(SIZE, dtype=torch.int64).add(rank + i).remainder(251).to(torch.uint8)
+        mine = bytes_of(rank, i)
         out = torch.empty(len(members) * SIZE, dtype=torch.uint8)
         dist.all_gather_into_tensor(out, mine, group=sub)
-        want = torch.cat([torch.arange(SIZE, dtype=torch.int64).add(m + i).remainder(251).to(torch.uint8)
-                          for m in members])
+        want = torch.cat([bytes_of(m, i) for m in members])
         if not torch.equal(out, want) and not failed:  # the first one reported; every rank goes on in step
             check(f"allgather round {i}", False, "wrong bytes")
             failed = True
