@@ -2,15 +2,16 @@
 // so that this VM's two core-to-core speeds (docs/performance.md) cannot pass for it: every rank
 // holds two communicators, one made with the check on and one with it off, and runs short
 // blocks of the same collective on each in turn (on, off, off, on, ...), so both see the same
-// machine state within a millisecond. Prints, per collective, the median time per call with
+// machine state within tens of microseconds. Prints, per collective, the median time per call with
 // the check on and off and the median of the paired differences (each "on" block against the
-// "off" block beside it), with its quartiles. Each collective's output is checked once after.
+// "off" block beside it), with its quartiles. Both communicators' outputs are checked after.
 //   consistency-cost-interleaved [-np N] [-b BYTES] [-blocks K] [-per P] [-c allreduce,allgather,reduce_scatter]
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -33,10 +34,19 @@ struct Args {
   std::vector<std::string> colls{"allreduce", "allgather", "reduce_scatter"};
 };
 
+// Linear interpolation between the two nearest ranks (the median of an even count is the mean
+// of the middle two).
 double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
+
+// What rank r puts at element i: small integers, so every sum is exact in f32.
+float value(int r, size_t i) { return static_cast<float>(r * 7 + static_cast<int>(i % 1000)); }
 
 int run_rank(const Args& a, int rank, const std::string& dir) {
   // The setting is read when a communicator is made: one of each.
@@ -45,12 +55,14 @@ int run_rank(const Args& a, int rank, const std::string& dir) {
   Options on_opts, off_opts;
   on_opts.name = "check-on";
   off_opts.name = "check-off";
+  on_opts.timeout = off_opts.timeout = std::chrono::seconds(60);  // a rank that failed stops the rest
   Communicator on(store, rank, a.np, on_opts);
   setenv("SMDDP_CHECK_CONSISTENCY", "0", 1);
   Communicator off(store, rank, a.np, off_opts);
   const size_t w = static_cast<size_t>(a.np);
   const size_t count = std::max<size_t>(1, a.bytes / sizeof(float));
-  std::vector<float> in(count * w, 1.0f), out(count * w);
+  std::vector<float> in(count * w), out(count * w);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = value(rank, i);
   if (rank == 0) {
     std::printf("# consistency-cost-interleaved: %d ranks, %zu B, %d pairs of %d-call blocks\n", a.np,
                 count * sizeof(float), a.blocks, a.per);
@@ -77,13 +89,20 @@ int run_rank(const Args& a, int rank, const std::string& dir) {
       else y = block(off), x = block(on);
       t_on.push_back(x), t_off.push_back(y), diff.push_back(x - y);
     }
-    // Every input is 1 on every rank: each output element is the rank count (a sum) or 1.
-    std::fill(out.begin(), out.end(), 0.0f);
-    call(on);
-    const float want = coll == "allgather" ? 1.0f : static_cast<float>(a.np);
-    const size_t n_out = coll == "allgather" ? count * w : count;
-    wrong += std::count_if(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n_out),
-                           [&](float v) { return v != want; });
+    // Both communicators' results, against a plain loop over what every rank put in.
+    for (Communicator* c : {&on, &off}) {
+      std::fill(out.begin(), out.end(), -1.0f);
+      call(*c);
+      const size_t n_out = coll == "allgather" ? count * w : count;
+      for (size_t i = 0; i < n_out; ++i) {
+        float want = 0;
+        if (coll == "allgather") want = value(static_cast<int>(i / count), i % count);
+        else
+          for (int r = 0; r < a.np; ++r)
+            want += value(r, coll == "reduce_scatter" ? static_cast<size_t>(rank) * count + i : i);
+        wrong += out[i] != want;
+      }
+    }
     if (rank == 0) {
       const double mon = quantile(t_on, 0.5), moff = quantile(t_off, 0.5);
       std::printf("| %s | %.1f | %.1f | %+.1f / %+.1f / %+.1f | %.3f |\n", coll.c_str(), mon, moff, quantile(diff, 0.25),
@@ -99,6 +118,12 @@ int run_rank(const Args& a, int rank, const std::string& dir) {
 
 int main(int argc, char** argv) {
   Args a;
+  auto usage = [] {
+    std::fprintf(stderr, "usage: consistency-cost-interleaved [-np N] [-b BYTES] [-blocks K] [-per P] "
+                         "[-c allreduce,allgather,reduce_scatter]\n");
+    return 2;
+  };
+  if (argc % 2 == 0) return usage();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "-np") a.np = std::atoi(v.c_str());
@@ -110,12 +135,18 @@ int main(int argc, char** argv) {
       std::stringstream ss(v);
       for (std::string c; std::getline(ss, c, ',');) a.colls.push_back(c);
     } else {
-      std::fprintf(stderr, "usage: consistency-cost-interleaved [-np N] [-b BYTES] [-blocks K] [-per P] [-c LIST]\n");
-      return 2;
+      return usage();
     }
   }
+  bool known = true;
+  for (const std::string& c : a.colls) known &= c == "allreduce" || c == "allgather" || c == "reduce_scatter";
+  if (a.np < 1 || a.blocks < 1 || a.per < 1 || a.colls.empty() || !known) return usage();
   char tmpl[] = "/tmp/smddp-cost-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  if (!mkdtemp(tmpl)) {
+    std::perror("consistency-cost-interleaved: mkdtemp");
+    return 1;
+  }
+  const std::string dir = tmpl;
   std::vector<pid_t> kids;
   for (int r = 0; r < a.np; ++r) {
     const pid_t p = fork();
