@@ -18,8 +18,8 @@ LINE = re.compile(r"^(test_\w+) \([\w.]+\)(?: \.\.\.)? ?(.*)$")
 
 # Tests smddp cannot pass for reasons outside smddp, with the reason (docs/pytorch.md repeats them).
 EXCEPTIONS = {
-    # filled from measured runs only (trixie, torch 2.6, w=2, 2026-11-24; forky, torch 2.14, w=2
-    # and w=3, 2026-11-25): name -> reason
+    # filled from measured runs only (trixie, torch 2.6, w=2, 2026-11-24, w=3, 2026-11-25; forky,
+    # torch 2.14, w=2 and w=3, 2026-11-25): name -> reason
     "test_ddp_logging_data_cpu": "torch's: DDP logs the process group's backend type, 'custom' for every "
                                  "plugin backend, and the test expects dist.get_backend()'s 'smddp' "
                                  "(AssertionError: 'custom' != 'smddp')",
