@@ -6,19 +6,16 @@
 // the check on and off and the median of the paired differences (each "on" block against the
 // "off" block beside it), with its quartiles. Both communicators' outputs are checked after.
 //   consistency-cost-interleaved [-np N] [-b BYTES] [-blocks K] [-per P] [-c allreduce,allgather,reduce_scatter]
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "fork_ranks.h"
 #include "smddp/smddp.h"
 
 namespace {
@@ -141,33 +138,6 @@ int main(int argc, char** argv) {
   bool known = true;
   for (const std::string& c : a.colls) known &= c == "allreduce" || c == "allgather" || c == "reduce_scatter";
   if (a.np < 1 || a.blocks < 1 || a.per < 1 || a.colls.empty() || !known) return usage();
-  char tmpl[] = "/tmp/smddp-cost-XXXXXX";
-  if (!mkdtemp(tmpl)) {
-    std::perror("consistency-cost-interleaved: mkdtemp");
-    return 1;
-  }
-  const std::string dir = tmpl;
-  std::vector<pid_t> kids;
-  for (int r = 0; r < a.np; ++r) {
-    const pid_t p = fork();
-    if (p == 0) {
-      int rc = 1;
-      try {
-        rc = run_rank(a, r, dir);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-      }
-      std::fflush(stdout);
-      _exit(rc);
-    }
-    kids.push_back(p);
-  }
-  int rc = 0;
-  for (const pid_t p : kids) {
-    int st = 0;
-    waitpid(p, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
-  }
-  std::filesystem::remove_all(dir);
-  return rc;
+  return bench::run_forked_ranks(a.np, "consistency-cost-interleaved",
+                                 [&](int rank, const std::string& dir) { return run_rank(a, rank, dir); });
 }

@@ -10,8 +10,6 @@
 // WORLD_SIZE (or OMPI_COMM_WORLD_RANK/SIZE) are read and SMDDP_PERF_STORE names a shared
 // directory for the FileStore. Every result is checked (#wrong must be 0). Sizes follow
 // nccl-tests: the bytes of the collective's largest buffer; busbw applies nccl-tests' factors.
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,12 +17,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "algorithms/registry.h"
 #include "core_to_core.h"
+#include "fork_ranks.h"
 #include "device/cuda.h"
 #include "reduce/element_io.h"
 #include "smddp/smddp.h"
@@ -275,31 +273,9 @@ int env_int(const char* a, const char* b, int def) {
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   if (a.np > 0) {
-    char tmpl[] = "/tmp/smddp-perf-XXXXXX";
-    std::string dir = mkdtemp(tmpl);
-    std::vector<pid_t> kids;
-    for (int r = 0; r < a.np; ++r) {
-      pid_t p = fork();
-      if (p == 0) {
-        int rc = 1;
-        try {
-          rc = run_rank(a, r, a.np, std::make_shared<FileStore>(dir + "/store"));
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "smddp-perf rank %d: %s\n", r, e.what());
-        }
-        std::fflush(stdout);
-        _exit(rc);
-      }
-      kids.push_back(p);
-    }
-    int rc = 0;
-    for (pid_t p : kids) {
-      int st = 0;
-      waitpid(p, &st, 0);
-      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
-    }
-    std::filesystem::remove_all(dir);
-    return rc;
+    return bench::run_forked_ranks(a.np, "smddp-perf", [&](int rank, const std::string& dir) {
+      return run_rank(a, rank, a.np, std::make_shared<FileStore>(dir + "/store"));
+    });
   }
   const int rank = env_int("RANK", "OMPI_COMM_WORLD_RANK", 0);
   const int world = env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", 1);
