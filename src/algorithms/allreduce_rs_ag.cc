@@ -1,16 +1,25 @@
 // Bandwidth-optimal allreduce: reduce-scatter then allgather, pipelined chunk by chunk through
-// the staging slots.
+// the staging slots, one synchronisation per chunk.
 //
-//   per chunk:  every rank stages the segments *other* ranks own (not its own) -> sync ->
-//               rank r reduces segment r: its own input straight from the user buffer plus the
-//               staged copies of every other rank, in rank order, into its output and into
-//               segment r of its own slot -> sync -> every rank copies the other segments out
+// Chunk c goes through three steps, each in its own round:
+//   stage     every rank copies the segments of chunk c that *other* ranks own (never its own)
+//             into its slot;
+//   reduce    rank r reduces segment r: its own input straight from the user buffer plus the
+//             staged copies of every other rank, in rank order, into its output and into
+//             segment r of its own slot;
+//   copy out  every rank copies the other reduced segments into its output.
+// Round k stages chunk k, reduces chunk k-1 and copies out chunk k-2, so n chunks take n + 1
+// rounds (the last copy-out follows the last round) where doing the steps one after another
+// took 2n. Every round writes only the slots of its own parity and reads only those of the
+// previous round's, as the double buffering requires: a slot written in round k is read in
+// round k+1 and written again in round k+2. Within a slot, segment j always sits at the same
+// offset (j x chunk/size elements) whatever the chunk's length, so a rank's reduced segment of
+// chunk k-1 and its staged segments of chunk k, written in the same round, never overlap.
 //
 // Each rank reduces 1/size of the data, so the arithmetic is spread evenly; each segment is
 // reduced by exactly one rank, so all ranks get the same bits. Per rank and byte of message this
 // moves (w-1)/w in and out of the slots plus one reduction pass: about 4 bytes of memory traffic
 // per byte for w=2, against 5.5 when every rank stages its whole input.
-// Segment r of my slot is free for the result because I never stage my own segment.
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -20,37 +29,54 @@ namespace smddp::algorithms {
 
 void rs_ag_rounds(Context& ctx, const void* send, void* recv, size_t count, DataType t, Reduction op,
                   int out_root) {
-  const size_t es = dtype_size(t), chunk = slot_elems(ctx, t);
   const int w = ctx.size(), me = ctx.rank();
+  const size_t es = dtype_size(t);
+  // Segment j of any chunk fits in region j of a slot: chunks are a multiple of w elements long.
+  const size_t region = slot_elems(ctx, t, w), chunk = region * static_cast<size_t>(w);
+  const size_t n = patterns::num_chunks(count, chunk);
   const bool i_output = out_root < 0 || out_root == me;
   std::vector<const void*> srcs(static_cast<size_t>(w));
-  for (size_t c = 0; c < patterns::num_chunks(count, chunk); ++c) {
+  auto in_slot = [&](int r, int parity, int j) { return at(ctx.shm.slot(r, parity), static_cast<size_t>(j) * region, es); };
+
+  // Copies every reduced segment of chunk c but mine from its owner's slot of `parity`.
+  auto copy_out = [&](size_t c, int parity) {
+    if (!i_output) return;
     const auto r = patterns::chunk_at(count, chunk, c);
+    for (int j = 0; j < w; ++j) {
+      if (j == me) continue;
+      const auto s = patterns::block(r.count, w, j);
+      ctx.dev.copy(at(recv, r.begin + s.begin, es), in_slot(j, parity, j), s.count * es);
+    }
+  };
+
+  int prev = 0;  // parity of the previous round
+  for (size_t k = 0; k <= n && n > 0; ++k) {
     const int p = ctx.shm.begin_round();
-    for (int j = 0; j < w; ++j) {
-      if (j == me) continue;
-      const auto s = patterns::block(r.count, w, j);
-      ctx.dev.copy(at(ctx.shm.slot(me, p), s.begin, es), at(send, r.begin + s.begin, es), s.count * es);
+    if (k < n) {  // stage chunk k
+      const auto r = patterns::chunk_at(count, chunk, k);
+      for (int j = 0; j < w; ++j) {
+        if (j == me) continue;
+        const auto s = patterns::block(r.count, w, j);
+        ctx.dev.copy(in_slot(me, p, j), at(send, r.begin + s.begin, es), s.count * es);
+      }
     }
+    if (k >= 1) {  // reduce my segment of chunk k-1
+      const auto r = patterns::chunk_at(count, chunk, k - 1);
+      const auto seg = patterns::block(r.count, w, me);
+      for (int j = 0; j < w; ++j)
+        srcs[static_cast<size_t>(j)] = j == me ? at(send, r.begin + seg.begin, es) : in_slot(j, prev, me);
+      void* mine = in_slot(me, p, me);
+      ctx.dev.reduce({mine, srcs.data(), w, seg.count, t, op, w});
+      if (i_output) ctx.dev.copy(at(recv, r.begin + seg.begin, es), mine, seg.count * es);
+    }
+    if (k >= 2) copy_out(k - 2, prev);
     ctx.arrive();
     ctx.shm.wait_all(ctx.op);
-
-    const auto seg = patterns::block(r.count, w, me);
-    for (int j = 0; j < w; ++j)
-      srcs[static_cast<size_t>(j)] = j == me ? at(send, r.begin + seg.begin, es) : at(ctx.shm.slot(j, p), seg.begin, es);
-    void* mine = at(ctx.shm.slot(me, p), seg.begin, es);
-    ctx.dev.reduce({mine, srcs.data(), w, seg.count, t, op, w});
-    if (i_output) ctx.dev.copy(at(recv, r.begin + seg.begin, es), mine, seg.count * es);
-    ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
-
-    if (!i_output) continue;
-    for (int j = 0; j < w; ++j) {
-      if (j == me) continue;
-      const auto s = patterns::block(r.count, w, j);
-      ctx.dev.copy(at(recv, r.begin + s.begin, es), at(ctx.shm.slot(j, p), s.begin, es), s.count * es);
-    }
+    prev = p;
   }
+  // The last chunk's reduced segments, written in the last round. The next collective writes
+  // this parity only in its second round, after a wait that needs this rank to have arrived.
+  if (n > 0) copy_out(n - 1, prev);
 }
 
 void allreduce_rs_ag(Context& ctx, const CollArgs& a) {
