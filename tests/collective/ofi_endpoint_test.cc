@@ -224,5 +224,19 @@ TEST(OfiEndpoint, AcrossNetworkNamespaceHosts) {
   EXPECT_LT(sent, 4 * kBytes * 12 / 10) << "more than 20% overhead: traffic between co-located ranks left the host?";
 }
 
+// A peer's address record of the wrong length (another provider, a corrupted Store) is an error
+// naming the peer, never handed to fi_av_insert, which would read past it; nothing is left open.
+TEST(OfiEndpoint, AddressRecordOfTheWrongLengthIsRefused) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    if (rank == 1) {  // a peer whose record is 3 bytes long, where the provider's addresses are longer
+      store->set("ofi/addr/1", {1, 2, 3});
+      return;
+    }
+    expect_throw<SystemError>(rep, "short address record", [&] { ofi::Endpoint ep(*store, rank, w, rank, std::chrono::seconds(10)); },
+                              "rank 0 cannot reach rank 1 over libfabric: its address record in the Store has 3 bytes");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 }  // namespace
 }  // namespace smddp::testing

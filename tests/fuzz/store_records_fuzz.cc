@@ -1,5 +1,6 @@
 // Records other ranks put in the Store, read back by every rank: the node keys the topology is
-// built from (any bytes, any number of ranks and nodes), and the libfabric job token. A rank of
+// built from (any bytes, any number of ranks and nodes), a peer's libfabric address, and the
+// libfabric job token. A rank of
 // another version, or a corrupted Store, must give a topology that describes and pairs without a
 // crash, or an InvalidArgument naming the record; never anything else.
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "topology/topology.h"
 #ifdef SMDDP_HAVE_LIBFABRIC
 #include "transport/ofi/job_key.h"
+#include "transport/ofi/wire.h"
 #endif
 
 namespace {
@@ -38,7 +40,8 @@ class MapStore : public smddp::Store {
 }  // namespace
 
 // Input: a byte giving the world size (1..16) and this rank, then one record per other rank,
-// each a length byte and that many bytes; what is left is the job token record.
+// each a length byte and that many bytes; then a peer's address record (a byte giving this
+// rank's own address length, a length byte and that many bytes); what is left is the job token.
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const int world = 1 + (data[0] & 0x0F);
@@ -60,6 +63,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (p < 0 || p >= world) std::abort();
   (void)t.local_rank();
 #ifdef SMDDP_HAVE_LIBFABRIC
+  {
+    const size_t own = at < size ? data[at++] : 0;
+    size_t n = at < size ? data[at++] : 0;
+    n = std::min(n, size - at);
+    const std::vector<uint8_t> addr(data + at, data + at + n);
+    at += n;
+    // Taken exactly when fi_av_insert may read it whole: the length of this rank's own address.
+    if (smddp::ofi::address_record_problem(addr.size(), own).empty() != (addr.size() == own)) std::abort();
+  }
   try {
     (void)smddp::ofi::job_key(std::vector<uint8_t>(data + at, data + size));
     if (size - at != smddp::ofi::kJobTokenBytes) std::abort();  // a record of another size was taken

@@ -505,6 +505,9 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   m.addrs.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
     std::vector<uint8_t> peer = store.get("ofi/addr/" + std::to_string(r), timeout);
+    if (auto problem = address_record_problem(peer.size(), name.size()); !problem.empty())
+      throw SystemError("smddp: rank " + std::to_string(rank) + " cannot reach rank " + std::to_string(r) +
+                        " over libfabric: " + problem);
     int n = fi_av_insert(m.av.get(), peer.data(), 1, &m.addrs[static_cast<size_t>(r)], 0, nullptr);
     if (n != 1) throw SystemError("smddp: fi_av_insert of rank " + std::to_string(r) + "'s address failed");
   }

@@ -1,5 +1,6 @@
-// What the libfabric transport reads from a peer besides the data itself: the tag a message
-// arrived under and its length, and the RMA ticket a receiver sends its sender. libfabric matches
+// What the libfabric transport reads from a peer besides the data itself: the address it put in
+// the Store, the tag a message arrived under and its length, and the RMA ticket a receiver sends
+// its sender. libfabric matches
 // tags before it places anything (endpoint.h, job_key.h), so what is left to decode is which rank
 // sent a message to a receive from any rank, whether a message or ticket has the length that was
 // posted for it, and whether a ticket describes the sender's size. Pure functions, the endpoint's
@@ -12,6 +13,16 @@
 #include <string>
 
 namespace smddp::ofi {
+
+// A peer's address record in the Store (what its fi_getname wrote) against the length of this
+// rank's own address: every rank of a communicator opens the same provider, whose addresses all
+// have one length, and fi_av_insert reads that many bytes whatever the record holds. Empty when
+// the lengths agree; else what is wrong, for the error.
+inline std::string address_record_problem(size_t record_bytes, size_t own_bytes) {
+  if (record_bytes == own_bytes) return {};
+  return "its address record in the Store has " + std::to_string(record_bytes) + " bytes, where this rank's " +
+         "provider's addresses have " + std::to_string(own_bytes) + " (another provider, or a corrupted Store)";
+}
 
 // A tag: the sender's rank (top 16 bits), the caller's tag (32) and a chunk index (low 16), before
 // the communicator's key is XORed in.
