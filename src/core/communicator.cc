@@ -71,6 +71,8 @@ Work Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
   impl_->check_count(count, 1, type, "allreduce");
   impl_->check_buffer(send, count, "send", "allreduce");
   impl_->check_buffer(recv, count, "recv", "allreduce");
+  const size_t bytes = count * dtype_size(type);
+  impl_->check_overlap(send, bytes, recv, bytes, reinterpret_cast<uintptr_t>(recv), "allreduce");
   CollArgs a;
   a.kind = CollKind::allreduce;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.op = op;
@@ -86,6 +88,8 @@ Work Communicator::allreduce_coalesced(const void* send, void* recv, const std::
   impl_->check_count(count, 1, type, "allreduce_coalesced");
   impl_->check_buffer(send, count, "send", "allreduce_coalesced");
   impl_->check_buffer(recv, count, "recv", "allreduce_coalesced");
+  const size_t bytes = count * dtype_size(type);
+  impl_->check_overlap(send, bytes, recv, bytes, reinterpret_cast<uintptr_t>(recv), "allreduce_coalesced");
   CollArgs a;
   a.kind = CollKind::allreduce;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.op = op;
@@ -99,6 +103,10 @@ Work Communicator::allgather(const void* send, void* recv, size_t count, DataTyp
   impl_->check_count(count, static_cast<size_t>(size()), type, "allgather");
   impl_->check_buffer(send, count, "send", "allgather");
   impl_->check_buffer(recv, count, "recv", "allgather");
+  // In place: the input is this rank's block of the output.
+  const size_t bytes = count * dtype_size(type);
+  impl_->check_overlap(send, bytes, recv, bytes * static_cast<size_t>(size()),
+                       reinterpret_cast<uintptr_t>(recv) + bytes * static_cast<size_t>(rank()), "allgather");
   CollArgs a;
   a.kind = CollKind::allgather;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type;
@@ -111,6 +119,10 @@ Work Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   impl_->check_count(recv_count, static_cast<size_t>(size()), type, "reduce_scatter");
   impl_->check_buffer(send, recv_count, "send", "reduce_scatter");
   impl_->check_buffer(recv, recv_count, "recv", "reduce_scatter");
+  // In place: the output is this rank's block of the input.
+  const size_t bytes = recv_count * dtype_size(type);
+  impl_->check_overlap(send, bytes * static_cast<size_t>(size()), recv, bytes,
+                       reinterpret_cast<uintptr_t>(recv) - bytes * static_cast<size_t>(rank()), "reduce_scatter");
   CollArgs a;
   a.kind = CollKind::reduce_scatter;
   a.send = send; a.recv = recv; a.count = recv_count; a.dtype = type; a.op = op;
@@ -135,7 +147,11 @@ Work Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   impl_->check_rank(root, "root", "reduce");
   impl_->check_count(count, 1, type, "reduce");
   impl_->check_buffer(send, count, "send", "reduce");
-  if (rank() == root) impl_->check_buffer(recv, count, "recv", "reduce");
+  if (rank() == root) {
+    impl_->check_buffer(recv, count, "recv", "reduce");
+    const size_t bytes = count * dtype_size(type);
+    impl_->check_overlap(send, bytes, recv, bytes, reinterpret_cast<uintptr_t>(recv), "reduce");
+  }
   CollArgs a;
   a.kind = CollKind::reduce;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.op = op; a.root = root;
@@ -148,7 +164,12 @@ Work Communicator::gather(const void* send, void* recv, size_t count, DataType t
   impl_->check_rank(root, "root", "gather");
   impl_->check_count(count, static_cast<size_t>(size()), type, "gather");
   impl_->check_buffer(send, count, "send", "gather");
-  if (rank() == root) impl_->check_buffer(recv, count, "recv", "gather");
+  if (rank() == root) {
+    impl_->check_buffer(recv, count, "recv", "gather");
+    const size_t bytes = count * dtype_size(type);
+    impl_->check_overlap(send, bytes, recv, bytes * static_cast<size_t>(size()),
+                         reinterpret_cast<uintptr_t>(recv) + bytes * static_cast<size_t>(root), "gather");
+  }
   CollArgs a;
   a.kind = CollKind::gather;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.root = root;
@@ -162,6 +183,11 @@ Work Communicator::scatter(const void* send, void* recv, size_t count, DataType 
   impl_->check_count(count, static_cast<size_t>(size()), type, "scatter");
   if (rank() == root) impl_->check_buffer(send, count, "send", "scatter");
   impl_->check_buffer(recv, count, "recv", "scatter");
+  if (rank() == root) {
+    const size_t bytes = count * dtype_size(type);
+    impl_->check_overlap(send, bytes * static_cast<size_t>(size()), recv, bytes,
+                         reinterpret_cast<uintptr_t>(recv) - bytes * static_cast<size_t>(root), "scatter");
+  }
   CollArgs a;
   a.kind = CollKind::scatter;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type; a.root = root;
@@ -174,6 +200,8 @@ Work Communicator::alltoall(const void* send, void* recv, size_t count, DataType
   impl_->check_count(count, static_cast<size_t>(size()), type, "alltoall");
   impl_->check_buffer(send, count, "send", "alltoall");
   impl_->check_buffer(recv, count, "recv", "alltoall");
+  const size_t bytes = count * dtype_size(type) * static_cast<size_t>(size());
+  impl_->check_overlap(send, bytes, recv, bytes, reinterpret_cast<uintptr_t>(recv), "alltoall");
   CollArgs a;
   a.kind = CollKind::alltoall;
   a.send = send; a.recv = recv; a.count = count; a.dtype = type;

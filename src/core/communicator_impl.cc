@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 
 #include "algorithms/registry.h"
 #include "core/config.h"
@@ -139,6 +140,24 @@ void CommunicatorImpl::check_rank(int r, const char* what, const char* op) const
 void CommunicatorImpl::check_buffer(const void* p, size_t count, const char* what, const char* op) const {
   if (count > 0 && p == nullptr)
     throw InvalidArgument(prefix() + op + ": " + what + " buffer is null for " + std::to_string(count) + " elements");
+}
+
+void CommunicatorImpl::check_overlap(const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
+                                     uintptr_t in_place_send, const char* op) const {
+  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  if (!send || !recv || send_bytes == 0 || recv_bytes == 0 || s == in_place_send) return;
+  if (s < r + recv_bytes && r < s + send_bytes) {
+    auto range = [](uintptr_t p, size_t n) {
+      std::ostringstream os;
+      os << "[0x" << std::hex << p << ", +" << std::dec << n << " bytes)";
+      return os.str();
+    };
+    const std::string want = in_place_send == r ? "the same address as recv"
+                             : in_place_send > r ? "recv + " + std::to_string(in_place_send - r) + " bytes"
+                                                 : "recv - " + std::to_string(r - in_place_send) + " bytes";
+    throw InvalidArgument(prefix() + op + ": send " + range(s, send_bytes) + " and recv " + range(r, recv_bytes) +
+                          " overlap, but not as the in-place form does (send at " + want + ")");
+  }
 }
 
 void CommunicatorImpl::check_dtype(DataType t, const char* op) const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,11 @@ class CommunicatorImpl {
   void check_buffer(const void* p, size_t count, const char* what, const char* op) const;
   void check_count(size_t count, size_t blocks, DataType t, const char* op) const;
   void check_dtype(DataType t, const char* op) const;
+  // Input and output may share memory only as the in-place form of the collective lays them out:
+  // the input at `in_place_send` (an address inside or equal to the output, or the output inside
+  // the input). Any other overlap would have the algorithm read what it already wrote.
+  void check_overlap(const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
+                     uintptr_t in_place_send, const char* op) const;
 
  private:
   OpInfo make_op(const char* name, int peer = -1);

@@ -31,6 +31,25 @@ TEST(Failure, BadArgumentsGiveClearErrors) {
                                   [&] { c.allreduce(&f, &f, 1, static_cast<DataType>(42), ReduceOp::sum); },
                                   "allreduce");
     expect_throw<InvalidArgument>(rep, "bad peer", [&] { c.send(&f, 1, DataType::f32, 5); }, "peer 5");
+    // Input and output overlapping other than in place: the algorithm would read what it wrote.
+    float buf[8] = {};
+    expect_throw<InvalidArgument>(rep, "allreduce shifted by one", [&] { c.allreduce(buf, buf + 1, 4, DataType::f32, ReduceOp::sum); },
+                                  "allreduce: send [0x");
+    expect_throw<InvalidArgument>(rep, "allgather input at another block",
+                                  [&] { c.allgather(buf + 2 * (1 - rank), buf, 2, DataType::f32); },
+                                  std::string("overlap, but not as the in-place form does (send at ") +
+                                      (rank == 0 ? "the same address as recv)" : "recv + 8 bytes)"));
+    expect_throw<InvalidArgument>(rep, "reduce_scatter output at another block",
+                                  [&] { c.reduce_scatter(buf, buf + 2 * (1 - rank), 2, DataType::f32, ReduceOp::sum); },
+                                  "reduce_scatter: send [0x");
+    // The in-place forms are fine: allgather's input is this rank's block of the output,
+    // reduce_scatter's output this rank's block of the input.
+    for (int i = 0; i < 4; ++i) buf[i] = static_cast<float>(rank * 10 + i);
+    c.allgather(buf + 2 * rank, buf, 2, DataType::f32).wait();
+    if (buf[0] != 0 || buf[1] != 1 || buf[2] != 12 || buf[3] != 13) rep.fail("in-place allgather gave wrong blocks");
+    for (int i = 0; i < 4; ++i) buf[i] = 1;
+    c.reduce_scatter(buf, buf + 2 * rank, 2, DataType::f32, ReduceOp::sum).wait();
+    if (buf[2 * rank] != 2 || buf[2 * rank + 1] != 2) rep.fail("in-place reduce_scatter gave a wrong block");
     // The communicator is still fine after rejected calls.
     f = static_cast<float>(rank + 1);
     c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();

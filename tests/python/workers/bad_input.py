@@ -78,6 +78,13 @@ CASES = [
     ("send to itself", lambda: dist.send(torch.ones(2), dst=rank), None),
     ("a sparse allreduce with MAX", lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=R.MAX),
      [me, "sparse", "max"]),
+    # the input a view of another rank's block of the output (in place it is this rank's own)
+    ("all_gather_into_tensor: the input overlapping another block of the output",
+     (lambda out: lambda: dist.all_gather_into_tensor(out, out[3 * ((rank + 1) % world):][:3]))(torch.zeros(3 * world)),
+     [me, "allgather", "overlap", "in-place form"]),
+    ("reduce_scatter_tensor: the output overlapping another block of the input",
+     (lambda inp: lambda: dist.reduce_scatter_tensor(inp[3 * ((rank + 1) % world):][:3], inp))(torch.ones(3 * world)),
+     [me, "reduce_scatter", "overlap", "in-place form"]),
     ("a coalesced allreduce of mixed dtypes",
      lambda: dist.all_reduce_coalesced([torch.ones(2), torch.ones(2, dtype=torch.float64)]), None),
 ]
