@@ -1,5 +1,7 @@
 #include "collective/harness.h"
 
+#include <gtest/gtest.h>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -203,7 +205,12 @@ NetnsHosts::NetnsHosts(int n, const std::string& rate, int rails) : rails_(rails
 }
 
 NetnsHosts::~NetnsHosts() {
-  if (!id_.empty()) run_capture(kNetns + " down " + id_);
+  if (id_.empty()) return;
+  run_capture(kNetns + " down " + id_);
+  // Nothing of the set may stay: its namespaces, their /etc/netns files, its bridge and veths.
+  const std::string left = run_capture("{ ip netns list; ip -o link show; ls -d /etc/netns/*; } 2>/dev/null | grep -e 'smddp-" +
+                                       id_ + "-' -e 'sdb" + id_ + "' -e 'sd" + id_ + "'");
+  if (!left.empty()) ADD_FAILURE() << "namespace hosts " << id_ << " left behind:\n" << left;
 }
 
 std::string NetnsHosts::addr(int host, int rail) const {
