@@ -207,6 +207,24 @@ const Case kCrossNodeCases[] = {
        c.allreduce(in, out, r == 1 ? 0 : 10, DataType::f32, ReduceOp::sum).wait();
      },
      "rank 1 called allreduce(f32, 0 elements, sum)", {0, 1}},
+    {"broadcast root across nodes", 4,
+     [](Communicator& c, int r, float*, float* out) { c.broadcast(out, 16, DataType::f32, r == 3 ? 1 : 0).wait(); },
+     "rank 3 called broadcast(f32, 16 elements, root 1)", {0, 0, 1, 1}, "called broadcast(f32, 16 elements, root 0)"},
+    {"reduce_scatter count across nodes", 4,
+     [](Communicator& c, int r, float* in, float* out) {
+       c.reduce_scatter(in, out, r == 1 ? 8 : 6, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 1 called reduce_scatter(f32, 8 elements, sum)", {0, 0, 1, 1}, "called reduce_scatter(f32, 6 elements, sum)"},
+    {"coalesced split across nodes", 4,
+     [](Communicator& c, int r, float* in, float* out) {
+       const std::vector<size_t> parts = r == 2 ? std::vector<size_t>{20, 10} : std::vector<size_t>{10, 20};
+       c.allreduce_coalesced(in, out, parts, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 2 called allreduce(f32, 30 elements, sum, in 2 parts, split #", {0, 0, 1, 1},
+     "called allreduce(f32, 30 elements, sum, in 2 parts, split #"},
+    {"gather root across nodes", 3,
+     [](Communicator& c, int r, float* in, float* out) { c.gather(in, out, 4, DataType::f32, r == 0 ? 0 : 2).wait(); },
+     "rank 0 called gather(f32, 4 elements, root 0)", {0, 1, 1}, "called gather(f32, 4 elements, root 2)"},
     {"alltoallv counts across nodes", 2,
      [](Communicator& c, int r, float* in, float* out) {
        const std::vector<size_t> sc = {2, r == 0 ? size_t{3} : size_t{2}}, rc = {2, 2}, d = {0, 4};

@@ -63,24 +63,35 @@ TEST(P2P, MessagesArriveInOrderAndMixWithCollectives) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
-TEST(P2P, TagMismatchIsAClearError) {
-  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    Options o;
-    o.timeout = std::chrono::seconds(5);
-    Communicator c(store, rank, w, o);
-    int32_t v = 5;
-    try {
-      if (rank == 0) c.send(&v, 1, DataType::i32, 1, /*tag=*/3).wait();
-      else c.recv(&v, 1, DataType::i32, 0, /*tag=*/4).wait();
-      if (rank == 1) rep.fail("recv with the wrong tag succeeded");
-    } catch (const InvalidArgument& e) {
-      if (rank != 1 || std::string(e.what()).find("tag 4") == std::string::npos)
-        rep.fail(std::string("unexpected error text: ") + e.what());
-    } catch (const Error& e) {
-      if (rank == 1) rep.fail(std::string("wrong exception type: ") + e.what());
-    }
-  });
-  ASSERT_TRUE(res.ok()) << res.summary();
+// A receive whose tag or size differs from the next message's is an error naming both, never a
+// message taken for another (or cut short).
+TEST(P2P, TagOrSizeMismatchIsAClearError) {
+  struct Mismatch {
+    const char* name;
+    size_t recv_count;
+    uint32_t recv_tag;
+    const char* expect;
+  };
+  for (const Mismatch& m : {Mismatch{"tag", 1, 4, "expected a message of 4 bytes with tag 4 from rank 0, but the next one has 4 bytes with tag 3"},
+                            Mismatch{"size", 2, 3, "expected a message of 8 bytes with tag 3 from rank 0, but the next one has 4 bytes with tag 3"}}) {
+    auto res = run_ranks(2, [&m](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+      Options o;
+      o.timeout = std::chrono::seconds(5);
+      Communicator c(store, rank, w, o);
+      int32_t v[2] = {5, 5};
+      try {
+        if (rank == 0) c.send(v, 1, DataType::i32, 1, /*tag=*/3).wait();
+        else c.recv(v, m.recv_count, DataType::i32, 0, m.recv_tag).wait();
+        if (rank == 1) rep.fail(std::string("recv with the wrong ") + m.name + " succeeded");
+      } catch (const InvalidArgument& e) {
+        if (rank != 1 || std::string(e.what()).find(m.expect) == std::string::npos)
+          rep.fail(std::string(m.name) + ": unexpected error text: " + e.what());
+      } catch (const Error& e) {
+        if (rank == 1) rep.fail(std::string(m.name) + ": wrong exception type: " + e.what());
+      }
+    });
+    ASSERT_TRUE(res.ok()) << m.name << ": " << res.summary();
+  }
 }
 
 }  // namespace
