@@ -11,6 +11,7 @@ import torch
 import torch.distributed as _dist
 
 from . import _C
+from . import ddp_logging as _ddp_logging
 from . import launch_env as _launch_env
 
 __version__ = _C.__version__
@@ -34,6 +35,8 @@ def is_registered():
 
 
 _register()
+# DDP's logging data says "smddp" rather than torch's "custom" for plugins (ddp_logging.py).
+_ddp_logging.install()
 # Jobs started by mpirun, srun or SageMaker's MPI launcher: RANK, WORLD_SIZE, MASTER_ADDR, ...
 # from their launcher's variables, before init_process_group reads them (never overriding).
 _launch_env.fill_and_log()

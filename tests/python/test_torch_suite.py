@@ -26,6 +26,11 @@ def run_suite(selection, as_gloo=False, world=2, timeout=600):
     return p.returncode, passed, out
 
 
+def test_ddp_logging_data_names_smddp(smddp_built):
+    rc, passed, out = run_suite(["test_ddp_logging_data_cpu"])
+    assert rc == 0 and passed >= 1, out[-6000:]
+
+
 def test_all_gather_coalesced(smddp_built):
     rc, passed, out = run_suite(["test_all_gather_coalesced"])
     assert rc == 0 and passed >= 4, out[-6000:]

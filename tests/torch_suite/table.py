@@ -20,9 +20,6 @@ LINE = re.compile(r"^(test_\w+) \([\w.]+\)(?: \.\.\.)? ?(.*)$")
 EXCEPTIONS = {
     # filled from measured runs only (trixie, torch 2.6, w=2, 2026-11-24, w=3, 2026-11-25; forky,
     # torch 2.14, w=2 and w=3, 2026-11-25): name -> reason
-    "test_ddp_logging_data_cpu": "torch's: DDP logs the process group's backend type, 'custom' for every "
-                                 "plugin backend, and the test expects dist.get_backend()'s 'smddp' "
-                                 "(AssertionError: 'custom' != 'smddp')",
     "test_get_backend": "the as-gloo runner's: the test asserts the group's backend is named BACKEND, "
                         "which that runner sets to 'gloo'",
     "test_monitored_barrier_gloo": "torch 2.6's: monitored_barrier raises 'only implemented for GLOO "
