@@ -1,8 +1,10 @@
+import glob
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -100,6 +102,26 @@ class NamespaceHosts:
         subprocess.run([NETNS, "down", self.id], capture_output=True)
         left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert f"smddp-{self.id}-" not in left, left
+
+
+def smddp_segments():
+    return set(glob.glob("/dev/shm/smddp*"))
+
+
+@pytest.fixture(autouse=True)
+def no_segment_left_behind():
+    """Every test, whatever launched its ranks (torchrun, mpirun, srun, a SageMaker-shaped
+    launcher, spawn), leaves no shared-memory segment of ours: a segment is unlinked once every
+    rank mapped it, so one still named after the ranks exited is a leak. Its ranks may still be
+    exiting when the test returns: wait a little first."""
+    before = smddp_segments()
+    yield
+    for _ in range(50):
+        left = smddp_segments() - before
+        if not left:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"shared-memory segments left behind: {sorted(left)}")
 
 
 @pytest.fixture
