@@ -69,5 +69,18 @@ TEST(ShmSegment, ASegmentOfAnotherUserIsRefused) {
   ::shm_unlink(name.c_str());
 }
 
+// A name in the Store that points at a segment smaller than the layout (another job's, a
+// stale one) is refused before anything maps past its end.
+TEST(ShmSegment, ASegmentSmallerThanTheLayoutIsRefused) {
+  const std::string name = "/smddp-test-small-" + std::to_string(::getpid());
+  Segment small = Segment::create(name, 4096);
+  try {
+    Segment::open(name, 8192);
+    ADD_FAILURE() << "a 4096-byte segment was opened as 8192 bytes";
+  } catch (const SystemError& e) {
+    EXPECT_NE(std::string(e.what()).find("is smaller than expected"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace smddp::shm
