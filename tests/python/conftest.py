@@ -104,6 +104,20 @@ class NamespaceHosts:
         assert f"smddp-{self.id}-" not in left, left
 
 
+def run_on_two_hosts(worker, *args, timeout, env=None):
+    """torchrun of workers/`worker` on two namespace hosts x 2 ranks; asserts every rank passed
+    and returns the output (removing the hosts whatever happened)."""
+    hosts = NamespaceHosts(2)
+    try:
+        codes, out = hosts.torchrun(os.path.join(WORKERS, worker), 2, *args, timeout=timeout, env=env)
+    finally:
+        hosts.close()
+    assert codes == [0, 0], out[-6000:]
+    for r in range(4):
+        assert f"rank {r} ALL OK" in out, out[-6000:]
+    return out
+
+
 def smddp_segments():
     return set(glob.glob("/dev/shm/smddp*"))
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import WORKERS, NamespaceHosts, assert_all_ok, needs_hosts, torchrun
+from conftest import WORKERS, assert_all_ok, needs_hosts, run_on_two_hosts, torchrun
 
 
 @pytest.mark.parametrize("case,nproc", [("count", 2), ("dtype", 2), ("root", 2), ("op", 3), ("kind", 2),
@@ -31,12 +31,4 @@ def test_mismatch_across_nodes_is_an_error_on_every_rank(smddp_built, case):
 @needs_hosts
 @pytest.mark.parametrize("case", ["count", "op", "kind", "allgather_size", "send_recv_size"])
 def test_mismatch_across_namespace_hosts_is_an_error_on_every_rank(smddp_built, case):
-    hosts = NamespaceHosts(2)
-    try:
-        codes, out = hosts.torchrun(os.path.join(WORKERS, "mismatch.py"), 2, case, "2", timeout=240)
-    finally:
-        hosts.close()
-    assert codes == [0, 0], out[-6000:]
-    for r in range(4):
-        assert f"rank {r} ALL OK" in out, out[-6000:]
-
+    run_on_two_hosts("mismatch.py", case, "2", timeout=240)

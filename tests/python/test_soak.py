@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import WORKERS, NamespaceHosts, assert_all_ok, needs_hosts, torchrun
+from conftest import WORKERS, assert_all_ok, needs_hosts, run_on_two_hosts, torchrun
 
 
 @pytest.mark.parametrize("nproc,nodes,ops", [(2, 1, 1500), (3, 1, 1000), (4, 1, 600), (4, 2, 400)],
@@ -12,20 +12,6 @@ from conftest import WORKERS, NamespaceHosts, assert_all_ok, needs_hosts, torchr
 def test_random_collectives_match_the_oracle(smddp_built, nproc, nodes, ops):
     p = torchrun(os.path.join(WORKERS, "soak.py"), nproc, str(ops), "11", str(nodes), timeout=600)
     assert_all_ok(p, nproc)
-
-
-def run_on_two_hosts(worker, *args, timeout, env):
-    """torchrun of `worker` on two namespace hosts x 2 ranks; asserts every rank passed and
-    returns the output (removing the hosts whatever happened)."""
-    hosts = NamespaceHosts(2)
-    try:
-        codes, out = hosts.torchrun(os.path.join(WORKERS, worker), 2, *args, timeout=timeout, env=env)
-    finally:
-        hosts.close()
-    assert codes == [0, 0], out[-6000:]
-    for r in range(4):
-        assert f"rank {r} ALL OK" in out, out[-6000:]
-    return out
 
 
 @needs_hosts
