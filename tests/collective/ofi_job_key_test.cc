@@ -2,7 +2,8 @@
 // docs/security.md): processes outside a communicator that reach its endpoints (a second job
 // handed its addresses, a stale rank of a finished job whose port was reused) send under the
 // very tags its ranks receive under, and none of their bytes reach a buffer of its; their
-// messages are dropped and counted. Over tcp;ofi_rxm on loopback.
+// messages are dropped and counted. On loopback, over tcp;ofi_rxm and over the provider smddp
+// picks by default (libfabric 2.x: the native tcp; 1.17: tcp;ofi_rxm again).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -160,11 +161,20 @@ TEST(OfiJobKey, SweepLooksAtEachCheckBitThenRestsAPeriod) {
   EXPECT_EQ(s.dropped(), 1u);
 }
 
+// The provider each case runs over: "" is smddp's default choice.
+class OfiJobKeyOver : public ::testing::TestWithParam<const char*> {};
+
+RunOptions loopback_over(const char* provider) {
+  RunOptions ro;
+  ro.env = {{"FI_TCP_IFACE", "lo"}, {"SMDDP_DEBUG", "INFO"}};
+  if (*provider) ro.env.push_back({"SMDDP_OFI_PROVIDER", provider});
+  return ro;
+}
+
 // A second job is handed the first's addresses (a wrong MASTER_ADDR, a reused rendezvous
 // directory): its rank 1 talks to the first job's rank 0 under its own token.
-TEST(OfiJobKey, ASecondJobGivenOurAddressesCannotInject) {
-  RunOptions ro;
-  ro.env = {{"SMDDP_OFI_PROVIDER", "tcp;ofi_rxm"}, {"FI_TCP_IFACE", "lo"}, {"SMDDP_DEBUG", "INFO"}};
+TEST_P(OfiJobKeyOver, ASecondJobGivenOurAddressesCannotInject) {
+  RunOptions ro = loopback_over(GetParam());
   auto res = run_ranks(3, [](int rank, int, std::shared_ptr<Store> store, Report& rep) {
     if (rank < 2) {  // job A
       PrefixStore a("jobA/", store);
@@ -192,9 +202,8 @@ TEST(OfiJobKey, ASecondJobGivenOurAddressesCannotInject) {
 // A rank of a finished job lives on (a hung process torchelastic did not reap) while the next
 // job starts on the same host and one of its ranks gets the same port: the stale rank's address
 // vector now points at the new job's rank.
-TEST(OfiJobKey, AStaleRankOfAFinishedJobCannotInject) {
-  RunOptions ro;
-  ro.env = {{"SMDDP_OFI_PROVIDER", "tcp;ofi_rxm"}, {"FI_TCP_IFACE", "lo"}, {"SMDDP_DEBUG", "INFO"}};
+TEST_P(OfiJobKeyOver, AStaleRankOfAFinishedJobCannotInject) {
+  RunOptions ro = loopback_over(GetParam());
   // One port for rank 0's listener, in every job it joins (libfabric reads these once, at its
   // first use in the process: rank 0 sets them before that).
   const std::string port = std::to_string(20000 + ::getpid() % 20000);
@@ -231,6 +240,10 @@ TEST(OfiJobKey, AStaleRankOfAFinishedJobCannotInject) {
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
 }
+
+INSTANTIATE_TEST_SUITE_P(Providers, OfiJobKeyOver, ::testing::Values("tcp;ofi_rxm", ""), [](const auto& i) {
+  return std::string(*i.param ? "rxm" : "default_provider");
+});
 
 }  // namespace
 }  // namespace smddp::testing
