@@ -207,9 +207,15 @@ NetnsHosts::NetnsHosts(int n, const std::string& rate, int rails) : rails_(rails
 NetnsHosts::~NetnsHosts() {
   if (id_.empty()) return;
   run_capture(kNetns + " down " + id_);
-  // Nothing of the set may stay: its namespaces, their /etc/netns files, its bridge and veths.
-  const std::string left = run_capture("{ ip netns list; ip -o link show; ls -d /etc/netns/*; } 2>/dev/null | grep -e 'smddp-" +
-                                       id_ + "-' -e 'sdb" + id_ + "' -e 'sd" + id_ + "'");
+  // Nothing of the set may stay: its namespaces, their /etc/netns files, its bridge and veths
+  // (the kernel removes a deleted link asynchronously: give it a few seconds).
+  const std::string look = "{ ip netns list; ip -o link show; ls -d /etc/netns/*; } 2>/dev/null | grep -e 'smddp-" + id_ +
+                           "-' -e 'sdb" + id_ + "' -e 'sd" + id_ + "'";
+  std::string left = run_capture(look);
+  for (int i = 0; i < 50 && !left.empty(); ++i) {
+    ::usleep(100000);
+    left = run_capture(look);
+  }
   if (!left.empty()) ADD_FAILURE() << "namespace hosts " << id_ << " left behind:\n" << left;
 }
 
