@@ -6,8 +6,23 @@
 #    DDP and FSDP training-step times; allreduce again with the cores shared three ways
 # 3. the link ceiling: iperf3 between two namespace hosts, unshaped and capped at 10 Gbit/s
 # 4. smddp-perf across 2 namespace hosts x 2 ranks (libfabric), unshaped and capped
+# Compare mode (#12's regression guard): this working tree's smddp-perf against a git revision's,
+# in one sitting, alternating (benchmarks/compare_builds.py prints the table):
+#   benchmarks/run_all.sh --compare REVISION [compare_builds.py options, e.g. --rounds 7 --np 2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--compare" ]; then
+  ref=${2:?usage: benchmarks/run_all.sh --compare REVISION [options]}; shift 2
+  dir=build/compare/$(git rev-parse --short "$ref")
+  if [ ! -d "$dir/src" ]; then  # the revision's tree, without git metadata
+    mkdir -p "$dir/src.partial" && git archive "$ref" | tar -x -C "$dir/src.partial" && mv "$dir/src.partial" "$dir/src"
+  fi
+  flags=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSMDDP_BUILD_TESTS=OFF -DSMDDP_BUILD_BENCHMARKS=ON -DSMDDP_WITH_CUDA=OFF)
+  cmake -S "$dir/src" -B "$dir/build" "${flags[@]}" >/dev/null && cmake --build "$dir/build" --target smddp-perf >/dev/null
+  cmake -S . -B build/compare/tree "${flags[@]}" >/dev/null && cmake --build build/compare/tree --target smddp-perf >/dev/null
+  exec python3 benchmarks/compare_builds.py "$dir/build/benchmarks/smddp-perf" build/compare/tree/benchmarks/smddp-perf \
+    --labels "$ref,this tree" "$@"
+fi
 OUT=${1:-docs/performance}
 mkdir -p "$OUT"
 tools/host-deps
