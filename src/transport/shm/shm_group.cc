@@ -429,10 +429,15 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
     std::vector<int> late = missing();
     std::string why;
     int lost = lost_rank(late, &why);
-    if (lost >= 0 && !ready())
+    if (lost >= 0 && !ready()) {
+      // A rank that failed wrote why into the abort word before it left (its communicator's
+      // destruction departs it): that reason names the rank really lost (a peer on another node,
+      // say), where its leaving would name only the messenger.
+      if (aborted()) throw_if_aborted(op);
       throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(global(lost)) + " " + why +
                           " while this rank waited for it to " + waiting_for,
                       global(lost));
+    }
     if (now >= op.deadline && !ready())
       throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
                              " ms: ranks " + ranks_str(global(late)) + " did not " + waiting_for,
