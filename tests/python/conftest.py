@@ -58,6 +58,19 @@ def launcher_env(extra):
     return {k: v for k, v in child_env(extra).items() if k not in TORCHRUN_VARS}
 
 
+# --- tests that make test runs on one torch only ---
+# What they test does not change with torch's version: the transport across (pretend) hosts,
+# launchers and Slurm, packaging, benchmarks' scripts, long soaks. tools/test-all runs them in
+# the trixie root, which also has mpirun, Slurm and root for namespaces, and leaves them out in
+# forky's (-m "not one_torch"), where the tests of the binding to torch 2.14 run. By hand,
+# pytest runs everything.
+one_torch = pytest.mark.one_torch
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "one_torch: torch-version-independent; make test runs it in one root")
+
+
 # --- network-namespace hosts (tools/netns) ---
 NETNS = os.path.join(REPO, "tools", "netns")
 needs_hosts = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),

@@ -2,6 +2,8 @@
 every result checked, every output file written. Never asserts a timing."""
 import csv
 import os
+
+import pytest
 import shutil
 import subprocess
 import sys
@@ -9,6 +11,8 @@ import sys
 import torch.distributed as dist
 
 from conftest import REPO, child_env
+
+pytestmark = pytest.mark.one_torch  # see conftest.py
 
 
 def test_torch_collectives_smoke(smddp_built, tmp_path):

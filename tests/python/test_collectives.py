@@ -12,6 +12,7 @@ def test_every_collective_matches_gloo(smddp_built, nproc):
     assert_all_ok(p, nproc)
 
 
+@pytest.mark.one_torch
 def test_every_collective_across_pretend_nodes(smddp_built):
     """4 ranks as 2 nodes x 2: the backend's cross-node path (libfabric between, shm inside)."""
     p = torchrun(os.path.join(WORKERS, "collectives_vs_gloo.py"), 4, timeout=600, env={"SMDDP_TEST_NODES": "2"})

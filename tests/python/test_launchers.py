@@ -13,6 +13,9 @@ import pytest
 
 from conftest import WORKERS, REPO, NamespaceHosts, launcher_env, needs_hosts
 
+pytestmark = pytest.mark.one_torch  # see conftest.py
+
+
 def _launch_env():
     # The module alone, from the source tree: it needs only the standard library.
     import importlib.util

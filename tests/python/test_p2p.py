@@ -14,6 +14,7 @@ def test_destroy_while_a_future_callback_needs_the_gil(smddp_built):
     assert_all_ok(p, 2)
 
 
+@pytest.mark.one_torch
 @pytest.mark.parametrize("nproc,nodes", [(2, 1), (3, 1), (4, 1), (4, 2), (3, 2)],
                          ids=["w2", "w3", "w4", "2x2_nodes", "2+1_nodes"])
 def test_any_source_stress(smddp_built, nproc, nodes):

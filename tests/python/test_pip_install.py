@@ -19,6 +19,8 @@ dist.destroy_process_group()
 print("pip-installed smddp", smddp.__version__, "ok")
 """
 
+pytestmark = pytest.mark.one_torch  # see conftest.py
+
 
 def test_pip_install_builds_and_runs(tmp_path):
     venv = tmp_path / "venv"

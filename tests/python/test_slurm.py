@@ -18,6 +18,7 @@ from conftest import REPO, WORKERS, child_env
 
 CLUSTER = os.path.join(REPO, "tests", "slurm", "cluster.sh")
 pytestmark = [
+    pytest.mark.one_torch,  # see conftest.py
     pytest.mark.skipif(os.geteuid() != 0, reason="Slurm's daemons and network namespaces need root"),
     pytest.mark.skipif(not all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "ip")),
                        reason="Slurm (slurmctld, slurmd, munge) or iproute2 is not installed (the trixie devenv has them)"),

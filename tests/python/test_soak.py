@@ -6,6 +6,8 @@ import pytest
 
 from conftest import WORKERS, assert_all_ok, needs_hosts, run_on_two_hosts, torchrun
 
+pytestmark = pytest.mark.one_torch  # see conftest.py
+
 
 @pytest.mark.parametrize("nproc,nodes,ops", [(2, 1, 1500), (3, 1, 1000), (4, 1, 600), (4, 2, 400)],
                          ids=["w2", "w3", "w4", "2x2_nodes"])
