@@ -18,6 +18,15 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The promise is an error within a second. Under a sanitizer every rank runs several times
+// slower (ThreadSanitizer 5-15x, four ranks on two cores; a cross-node case once took longer
+// than 1 s there, 2026-11-25): the bound scales there; host, minimal and trixie hold the second.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr auto kReportWithin = 5s;
+#else
+constexpr auto kReportWithin = 1s;
+#endif
+
 constexpr float kSentinel = -7.0f;
 constexpr size_t kBuf = (size_t{1} << 18) + 64;  // room for the largest call below (1 MiB of f32)
 
@@ -64,7 +73,9 @@ void run_case(const Case& k) {
         }
       }, k.expect);
       if (what.find(k.also) == std::string::npos) rep.fail(std::string(k.name) + ": no '" + k.also + "' in: " + what);
-      if (std::chrono::steady_clock::now() - t0 > 1s) rep.fail(std::string(k.name) + ": the mismatch took over a second to report");
+      if (std::chrono::steady_clock::now() - t0 > kReportWithin)
+        rep.fail(std::string(k.name) + ": the mismatch took over " +
+                 std::to_string(std::chrono::seconds(kReportWithin).count()) + " s to report");
       for (size_t i = 0; i < kBuf; ++i)
         if (out[i] != kSentinel || in[i] != static_cast<float>(rank + 1)) {
           rep.fail(std::string(k.name) + ": a buffer was written at " + std::to_string(i));
