@@ -26,46 +26,6 @@
 #include "patterns/partition.h"
 
 namespace smddp::algorithms {
-namespace {
-
-// A message of one chunk (up to a slot: 256 KiB by default): stage, reduce into the unused own
-// segment of the same slot, copy out; two synchronisations, as the pipeline needs for one
-// chunk, but one parity's slots instead of two. Measured against the pipeline (compare_builds.py,
-// 11 rounds, 2026-11-25): the pipeline took 2-3x as long at 256 KiB for w=2 and w=4, and no
-// longer from 1 MiB on.
-void one_chunk(Context& ctx, const void* send, void* recv, size_t count, DataType t, Reduction op,
-               bool i_output) {
-  const int w = ctx.size(), me = ctx.rank();
-  const size_t es = dtype_size(t);
-  const int p = ctx.shm.begin_round();
-  for (int j = 0; j < w; ++j) {
-    if (j == me) continue;
-    const auto s = patterns::block(count, w, j);
-    ctx.dev.copy(at(ctx.shm.slot(me, p), s.begin, es), at(send, s.begin, es), s.count * es);
-  }
-  ctx.arrive();
-  ctx.shm.wait_all(ctx.op);
-
-  std::vector<const void*> srcs(static_cast<size_t>(w));
-  const auto seg = patterns::block(count, w, me);
-  for (int j = 0; j < w; ++j)
-    srcs[static_cast<size_t>(j)] = j == me ? at(send, seg.begin, es) : at(ctx.shm.slot(j, p), seg.begin, es);
-  void* mine = at(ctx.shm.slot(me, p), seg.begin, es);
-  ctx.dev.reduce({mine, srcs.data(), w, seg.count, t, op, w});
-  if (i_output) ctx.dev.copy(at(recv, seg.begin, es), mine, seg.count * es);
-  ctx.arrive();
-  ctx.shm.wait_all(ctx.op);
-
-  if (!i_output) return;
-  for (int j = 0; j < w; ++j) {
-    if (j == me) continue;
-    const auto s = patterns::block(count, w, j);
-    ctx.dev.copy(at(recv, s.begin, es), at(ctx.shm.slot(j, p), s.begin, es), s.count * es);
-  }
-}
-
-}  // namespace
-
 void rs_ag_rounds(Context& ctx, const void* send, void* recv, size_t count, DataType t, Reduction op,
                   int out_root) {
   const int w = ctx.size(), me = ctx.rank();
@@ -88,13 +48,13 @@ void rs_ag_rounds(Context& ctx, const void* send, void* recv, size_t count, Data
     }
   };
 
-  if (n == 1) {  // one chunk: nothing to overlap, so the steps one after another in one parity
-    one_chunk(ctx, send, recv, count, t, op, i_output);
-    return;
-  }
   int prev = 0;  // parity of the previous round
   for (size_t k = 0; k <= n && n > 0; ++k) {
-    const int p = ctx.shm.begin_round();
+    // One chunk has nothing to overlap: its reduce round stays in the staging round's parity
+    // (segment `me` of a slot is never staged, so the reduced segment fits beside the staged
+    // ones), and the collective touches one parity's slots, not two. Measured
+    // (docs/performance.md): with a second parity a 256 KiB message took 2-3x as long.
+    const int p = n == 1 && k == 1 ? prev : ctx.shm.begin_round();
     if (k < n) {  // stage chunk k
       const auto r = patterns::chunk_at(count, chunk, k);
       for (int j = 0; j < w; ++j) {
