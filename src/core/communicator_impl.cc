@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "algorithms/registry.h"
 #include "core/config.h"
@@ -233,6 +234,24 @@ void CommunicatorImpl::watch_remote(const OpInfo& op) {
   }
 }
 
+std::exception_ptr CommunicatorImpl::cause_of_transfer_failure(const OpInfo& op, std::exception_ptr failure) {
+  // The other node's rank wrote the key before it closed the connection, but a store may apply
+  // a set after the peer's next request: poll a little. Only a failure path waits this long.
+  constexpr auto kGrace = std::chrono::seconds(1);
+  const auto until = Clock::now() + kGrace;
+  for (;;) {
+    try {
+      watch_remote(op);
+    } catch (const Error&) {
+      return std::current_exception();
+    } catch (...) {  // the store itself failed: the transfer's error is all there is
+      return failure;
+    }
+    if (Clock::now() >= until) return failure;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 void CommunicatorImpl::agreement_round(const OpInfo& op) {
   shm_->begin_round();
   shm_->arrive();
@@ -269,6 +288,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
                        shm_->abort_reason());
   if (args.timeout.count() > 0) op.timeout = args.timeout;
   op.deadline = Clock::now() + op.timeout;
+  shm_->publish_deadline(op.deadline);
   try {
     const size_t blocks = args.kind == CollKind::reduce_scatter ? static_cast<size_t>(size_) : 1;
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
@@ -322,6 +342,14 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     MismatchError m(e.what());
     fail(std::make_exception_ptr(m));
     throw m;
+  } catch (const SystemError&) {
+    drain_after_failure(args.memory);
+    // Across nodes: the peer whose connection broke is more often a messenger (its node aborted
+    // and it left) than the cause; the abort names the cause, as on every other rank.
+    std::exception_ptr cause = std::current_exception();
+    if (multi_node_) cause = cause_of_transfer_failure(op, cause);
+    fail(cause);
+    std::rethrow_exception(cause);
   } catch (...) {
     drain_after_failure(args.memory);
     fail(std::current_exception());

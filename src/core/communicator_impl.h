@@ -75,6 +75,10 @@ class CommunicatorImpl {
   // While waiting on the network: throws if this node's group or (via the store) another node
   // aborted, or the deadline passed.
   void watch_remote(const OpInfo& op);
+  // A transfer to a rank on another node failed (its connection closed): that node may have
+  // aborted and the rank closed its endpoint, which comes after the abort's store key. Returns
+  // that abort (watch_remote's error) if it shows up within a short grace, else `failure`.
+  std::exception_ptr cause_of_transfer_failure(const OpInfo& op, std::exception_ptr failure);
   // After a failed collective on GPU memory: waits for the copies and kernels it queued, which
   // still read and write the caller's buffers (freed once the Work fails). Never throws.
   void drain_after_failure(const Memory& m) noexcept;

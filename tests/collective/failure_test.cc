@@ -1,6 +1,7 @@
-// Failure behaviour: bad arguments, a rank that never arrives, a rank that dies, and destroying a
-// communicator with work in flight (mismatched collectives: consistency_test.cc). Never a hang;
-// nothing leaks (run_ranks checks /dev/shm and threads after every run).
+// Failure behaviour: bad arguments, a rank that never arrives, a node-mate stuck elsewhere, a
+// rank that dies, and destroying a communicator with work in flight (mismatched collectives:
+// consistency_test.cc). Never a hang; nothing leaks (run_ranks checks /dev/shm and threads
+// after every run).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "collective/harness.h"
+#include "transport/shm/shm_group.h"
 
 namespace smddp::testing {
 namespace {
@@ -116,6 +118,48 @@ TEST(Failure, MissingRankTimesOutNamingIt) {
     }
     auto took = std::chrono::steady_clock::now() - t0;
     if (took > 4s) rep.fail("error took too long: " + std::to_string(took.count() / 1000000) + " ms");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// Rank 0 began the collective 500 ms after rank 1 (its previous one ended later) and is stuck
+// on something rank 1 cannot see (a peer on another node, in real runs). When rank 1's own
+// deadline passes, the error must not be "rank 0 did not arrive": rank 1 waits out rank 0's
+// deadline, and rank 0's report of its cause (the abort) is what rank 1 raises.
+TEST(Failure, NodeMateStillInTheCollectiveReportsItsOwnCause) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    shm::Group g(*store, rank, w, shm::GroupConfig{}, std::chrono::seconds(30));
+    OpInfo op;
+    op.name = "allreduce";
+    op.seq = op.coll_seq = 1;
+    op.rank = rank;
+    op.size = w;
+    op.timeout = std::chrono::milliseconds(1000);
+    const auto t0 = Clock::now();
+    if (rank == 0) {
+      std::this_thread::sleep_for(500ms);
+      op.deadline = Clock::now() + op.timeout;
+      g.publish_deadline(op.deadline);
+      std::this_thread::sleep_until(op.deadline);
+      g.abort("smddp: allreduce #1 on rank 0 of 2: timeout waiting to receive from rank 5 over libfabric");
+      return;
+    }
+    op.deadline = t0 + op.timeout;
+    g.publish_deadline(op.deadline);
+    g.begin_round();
+    g.arrive();
+    try {
+      g.wait_all(op);
+      rep.fail("the wait for rank 0 ended");
+    } catch (const AbortedError& e) {
+      if (std::string(e.what()).find("from rank 5") == std::string::npos)
+        rep.fail(std::string("the abort does not carry rank 0's cause: ") + e.what());
+    } catch (const Error& e) {
+      rep.fail(std::string("rank 1 raised its own error, not rank 0's cause: ") + e.what());
+    }
+    const auto took = Clock::now() - t0;
+    if (took < 1400ms || took > 3500ms)
+      rep.fail("raised after " + std::to_string(took.count() / 1000000) + " ms; rank 0's deadline was 1500 ms");
   });
   ASSERT_TRUE(res.ok()) << res.summary();
 }

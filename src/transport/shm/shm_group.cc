@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -135,6 +136,9 @@ struct alignas(128) Group::RankCtl {
   std::atomic<int32_t> pid;
   std::atomic<uint32_t> departed;
   uint64_t pidns;
+  // The deadline of the collective this rank runs (or last ran), steady clock in ns: a rank whose
+  // wait for it times out first lets it report its own cause (Group::wait).
+  std::atomic<int64_t> deadline_ns;
   uint64_t words[2][kWords];
   // Off the step's line: writing it there made peers polling the step fetch the line twice
   // (measured no faster at 8 B; docs/reliability.md).
@@ -233,6 +237,18 @@ Group::FifoCtl* Group::fifo(int src, int dst) const {
 std::byte* Group::fifo_data(int src, int dst) const { return reinterpret_cast<std::byte*>(fifo(src, dst)) + kPage; }
 
 int Group::pid_of(int r) const { return ctl(r)->pid.load(std::memory_order_acquire); }
+
+void Group::publish_deadline(Clock::time_point deadline) {
+  ctl(rank_)->deadline_ns.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count(),
+      std::memory_order_relaxed);
+}
+
+Clock::time_point Group::latest_deadline(const std::vector<int>& ranks) const {
+  int64_t ns = 0;
+  for (int r : ranks) ns = std::max(ns, ctl(r)->deadline_ns.load(std::memory_order_relaxed));
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+}
 
 void Group::arrive() {
   step_ = (step_ + 1) & kCountMask;
@@ -391,6 +407,8 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
   }
   const auto start = Clock::now();
   auto next_check = start + std::chrono::milliseconds(10);  // liveness reads /proc: not on every wait
+  Clock::time_point deadline = op.deadline;  // moved once, to a late rank's own (below)
+  bool deferred = false;
   int sleep_us = 2;
   while (!ready()) {
     // An abort that came after every awaited rank arrived (a rank that found a mismatch in this
@@ -420,7 +438,7 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
       now = after;
     } else {
       // Block until a rank arrives (or the next liveness check is due).
-      sleep_until_rung(ready, std::max<std::chrono::nanoseconds>(std::min(next_check, op.deadline) - now,
+      sleep_until_rung(ready, std::max<std::chrono::nanoseconds>(std::min(next_check, deadline) - now,
                                                                  std::chrono::microseconds(1)));
       now = Clock::now();
     }
@@ -438,10 +456,26 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
                           " while this rank waited for it to " + waiting_for,
                       global(lost));
     }
-    if (now >= op.deadline && !ready())
+    if (now >= deadline && !ready()) {
+      // The late ranks are alive. One still inside this collective, whose own clock started a
+      // little after this rank's (its previous collective ended later), is most likely stuck on
+      // something further away, a peer on another node, and its own timeout will say which:
+      // let it, so that the error every rank raises names that cause rather than a node-mate
+      // waiting for it. A late rank that never began this collective published an older deadline.
+      // Its time past the deadline: to notice (one liveness check) and to write the abort word.
+      // A deadline more than a timeout away was not published at a collective's start (a clock
+      // of another time namespace): ignored.
+      constexpr auto kToReport = std::chrono::milliseconds(500);
+      const Clock::time_point theirs = latest_deadline(late) + kToReport;
+      if (!deferred && theirs > now && theirs - now <= op.timeout + kToReport) {
+        deferred = true;
+        deadline = theirs;
+        continue;
+      }
       throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
                              " ms: ranks " + ranks_str(global(late)) + " did not " + waiting_for,
                          global(late));
+    }
   }
 }
 

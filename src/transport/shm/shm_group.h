@@ -73,6 +73,11 @@ class Group {
   // manual progress (tcp, rxm) move a rendezvous only while the sender polls.
   void set_idle_hook(std::function<void()> f) { idle_ = std::move(f); }
 
+  // Publishes the deadline of the collective this rank begins: a node-mate whose wait for this
+  // rank times out first waits until then (plus the time to report), so the error names what
+  // this rank waited for. Same clock in every process of a node (CLOCK_MONOTONIC).
+  void publish_deadline(Clock::time_point deadline);
+
   // --- agreement ---
   // A compact description of a collective (what, how many, which type, op, root): ranks that run
   // the same collective announce equal fingerprints. What the words mean is the caller's.
@@ -127,6 +132,7 @@ class Group {
   // Ranks among `ranks` that died or departed: -1 when none.
   int lost_rank(const std::vector<int>& ranks, std::string* why) const;
   std::vector<int> behind(uint64_t target) const;
+  Clock::time_point latest_deadline(const std::vector<int>& ranks) const;
   // `target`: the round count of the wait that compares (the first after announce()).
   void compare_fingerprints(uint64_t target);
   int global(int local) const { return global_.empty() ? local : global_[static_cast<size_t>(local)]; }
