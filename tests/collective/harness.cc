@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +27,21 @@ void Report::fail(const std::string& msg) {
 }
 
 void Report::record(const std::string& key, const std::string& value) { records_ += key + " " + value + "\n"; }
+
+void Report::record_text(const std::string& key, const std::string& text) {
+  std::string token = text.substr(0, 200);  // a record's value is one word
+  std::replace(token.begin(), token.end(), ' ', '_');
+  record(key, token);
+}
+
+void print_records(const RunResult& res, const std::string& key) {
+  for (size_t r = 0; r < res.ranks.size(); ++r)
+    for (auto [k, v] : res.ranks[r].records) {
+      if (k != key) continue;
+      std::replace(v.begin(), v.end(), '_', ' ');
+      std::printf("[   INFO   ] rank %zu: %s\n", r, v.c_str());
+    }
+}
 
 bool RunResult::ok() const {
   if (!problems.empty()) return false;

@@ -21,6 +21,8 @@ class Report {
   bool ok() const { return failures_ == 0; }
   // Free-form lines the parent can compare across ranks ("key value").
   void record(const std::string& key, const std::string& value);
+  // A line of text (its first 200 characters; spaces travel as '_'), for print_records().
+  void record_text(const std::string& key, const std::string& text);
 
   int failures_ = 0;
   std::string text_;
@@ -81,6 +83,8 @@ struct RunResult {
 // fn runs in each child with (rank, world, store, report). It makes its own communicators.
 using RankFn = std::function<void(int rank, int world, std::shared_ptr<Store> store, Report& report)>;
 RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts = {});
+// Prints every rank's record_text() lines under `key` ("[   INFO   ] rank R: text").
+void print_records(const RunResult& res, const std::string& key);
 
 // Records a failure unless f() throws an E whose message contains `must_contain`.
 template <class E, class F>

@@ -408,7 +408,6 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
   const auto start = Clock::now();
   auto next_check = start + std::chrono::milliseconds(10);  // liveness reads /proc: not on every wait
   Clock::time_point deadline = op.deadline;  // moved once, to a late rank's own (below)
-  bool deferred = false;
   int sleep_us = 2;
   while (!ready()) {
     // An abort that came after every awaited rank arrived (a rank that found a mismatch in this
@@ -467,8 +466,7 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
       // of another time namespace): ignored.
       constexpr auto kToReport = std::chrono::milliseconds(500);
       const Clock::time_point theirs = latest_deadline(late) + kToReport;
-      if (!deferred && theirs > now && theirs - now <= op.timeout + kToReport) {
-        deferred = true;
+      if (deadline == op.deadline && theirs > now && theirs - now <= op.timeout + kToReport) {
         deadline = theirs;
         continue;
       }
