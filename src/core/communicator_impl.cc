@@ -82,6 +82,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
                                         group_config(topo_.local_size()), options_.timeout, topo_.local_ranks());
     net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, topo_.local_rank(), options_.timeout);
+    pair_order_ = PairOrder(size);
     shm_->set_idle_hook([ep = net_.get()] { ep->progress(); });
     // Scratch buffers are registered with the network once, when made (where the provider
     // needs registered memory), instead of on every transfer.
@@ -463,34 +464,61 @@ int CommunicatorImpl::local_index(int global_rank) const {
 
 #ifdef SMDDP_HAVE_LIBFABRIC
 namespace {
-// A point-to-point message to or from another node: one tagged libfabric transfer.
-class NetTransfer {
+// What a point-to-point operation across nodes does while it waits: looks for an abort here or
+// elsewhere every 20 ms, and times out at its deadline (naming the peer once its transfer is posted).
+class NetWait {
  public:
-  NetTransfer(ofi::Endpoint& ep, bool is_send, void* buf, size_t bytes, int peer, uint32_t tag,
-              std::function<void(const OpInfo&)> watch)
-      : ep_(ep), is_send_(is_send), buf_(buf), bytes_(bytes), peer_(peer), tag_(tag & 0x7FFFFFFFu),
-        watch_(std::move(watch)) {}
-  bool poll(shm::Group&, const OpInfo& op) {
-    if (!h_) h_ = is_send_ ? ep_.send(peer_, buf_, bytes_, tag_) : ep_.recv(peer_, buf_, bytes_, tag_);
-    if (ep_.test(h_)) return true;
+  explicit NetWait(std::function<void(const OpInfo&)> watch) : watch_(std::move(watch)) {}
+  bool still_waiting(ofi::Endpoint& ep, const ofi::Endpoint::Handle& h, const OpInfo& op) {
     auto now = Clock::now();
-    if (now >= next_watch_) {  // abort here or elsewhere
+    if (now >= next_watch_) {
       watch_(op);
       next_watch_ = now + std::chrono::milliseconds(20);
     }
-    ep_.throw_if_late(h_, op);
+    if (h) ep.throw_if_late(h, op);
+    else if (now >= op.deadline)
+      throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
+                             " ms: an earlier receive from any rank never got its message",
+                         {});
     return false;
   }
 
  private:
+  std::function<void(const OpInfo&)> watch_;
+  Clock::time_point next_watch_{};
+};
+
+// A point-to-point message to or from another node: one tagged libfabric transfer, numbered
+// among the pair's messages when first polled (pair_order.h).
+class NetTransfer {
+ public:
+  NetTransfer(ofi::Endpoint& ep, PairOrder& order, bool is_send, void* buf, size_t bytes, int peer, uint32_t tag,
+              std::function<void(const OpInfo&)> watch)
+      : ep_(ep), order_(order), is_send_(is_send), buf_(buf), bytes_(bytes), peer_(peer), tag_(tag),
+        wait_(std::move(watch)) {}
+  bool poll(shm::Group&, const OpInfo& op) {
+    if (!h_) {
+      if (is_send_) {
+        h_ = ep_.send_p2p(peer_, buf_, bytes_, tag_, order_.next_send(peer_));
+      } else if (auto n = order_.next_recv(peer_)) {
+        h_ = ep_.recv_p2p(peer_, buf_, bytes_, tag_, *n);
+      } else {
+        return wait_.still_waiting(ep_, h_, op);  // behind a receive from any rank
+      }
+    }
+    if (ep_.test(h_)) return true;
+    return wait_.still_waiting(ep_, h_, op);
+  }
+
+ private:
   ofi::Endpoint& ep_;
+  PairOrder& order_;
   bool is_send_;
   void* buf_;
   size_t bytes_;
   int peer_;
   uint32_t tag_;
-  std::function<void(const OpInfo&)> watch_;
-  Clock::time_point next_watch_{};
+  NetWait wait_;
   ofi::Endpoint::Handle h_;
 };
 
@@ -500,45 +528,44 @@ class NetTransfer {
 // one stays in its FIFO for the next receive), so exactly one message is taken either way.
 class NetOrLocalAnySource {
  public:
-  NetOrLocalAnySource(ofi::Endpoint& ep, void* buf, size_t bytes, uint32_t tag, std::vector<int> local_ranks,
-                      std::shared_ptr<std::atomic<int>> source, std::function<void(const OpInfo&)> watch)
-      : ep_(ep), buf_(buf), bytes_(bytes), tag_(tag & 0x7FFFFFFFu), local_ranks_(std::move(local_ranks)),
-        source_(std::move(source)), watch_(std::move(watch)) {}
+  NetOrLocalAnySource(ofi::Endpoint& ep, PairOrder& order, void* buf, size_t bytes, uint32_t tag,
+                      std::vector<int> local_ranks, std::shared_ptr<std::atomic<int>> source,
+                      std::function<void(const OpInfo&)> watch)
+      : ep_(ep), order_(order), buf_(buf), bytes_(bytes), tag_(tag), local_ranks_(std::move(local_ranks)),
+        source_(std::move(source)), wait_(std::move(watch)) {}
   bool poll(shm::Group& g, const OpInfo& op) {
     if (local_) return local_->poll(g, op);
-    if (!h_) h_ = ep_.recv_any(buf_, bytes_, tag_);
-    if (ep_.test(h_)) {
-      source_->store(ep_.source(h_));
-      return true;
+    if (!h_) {
+      if (!order_.open_any()) return wait_.still_waiting(ep_, h_, op);  // behind another receive from any rank
+      h_ = ep_.recv_any(buf_, bytes_, tag_);
     }
+    if (ep_.test(h_)) return took_network_message();
     const int src = p2p::peek_any(g, tag_, &next_);
     if (src >= 0) {
-      if (ep_.withdraw(h_)) {
-        source_->store(ep_.source(h_));
-        return true;
-      }
+      if (ep_.withdraw(h_)) return took_network_message();
+      order_.close_any();
       local_ = std::make_unique<p2p::Recv>(buf_, bytes_, src, tag_);
       source_->store(local_ranks_[static_cast<size_t>(src)]);
       return local_->poll(g, op);
     }
-    auto now = Clock::now();
-    if (now >= next_watch_) {  // abort here or elsewhere
-      watch_(op);
-      next_watch_ = now + std::chrono::milliseconds(20);
-    }
-    ep_.throw_if_late(h_, op);  // "any rank": no message arrived from any node
-    return false;
+    return wait_.still_waiting(ep_, h_, op);
   }
 
  private:
+  bool took_network_message() {
+    const int from = ep_.source(h_);
+    order_.close_any(from, ep_.order(h_));
+    source_->store(from);
+    return true;
+  }
   ofi::Endpoint& ep_;
+  PairOrder& order_;
   void* buf_;
   size_t bytes_;
   uint32_t tag_;
   std::vector<int> local_ranks_;
   std::shared_ptr<std::atomic<int>> source_;
-  std::function<void(const OpInfo&)> watch_;
-  Clock::time_point next_watch_{};
+  NetWait wait_;
   ofi::Endpoint::Handle h_;
   std::unique_ptr<p2p::Recv> local_;
   int next_ = 0;
@@ -550,8 +577,9 @@ Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t ta
   const int local = local_index(peer);
 #ifdef SMDDP_HAVE_LIBFABRIC
   if (local < 0)
-    return submit_p2p("send", peer, std::make_shared<NetTransfer>(*net_, true, const_cast<void*>(buf), bytes, peer, tag,
-                                                                  [this](const OpInfo& op) { watch_remote(op); }));
+    return submit_p2p("send", peer,
+                      std::make_shared<NetTransfer>(*net_, pair_order_, true, const_cast<void*>(buf), bytes, peer, tag,
+                                                    [this](const OpInfo& op) { watch_remote(op); }));
 #endif
   return submit_p2p("send", peer, std::make_shared<p2p::Send>(buf, bytes, local, tag));
 }
@@ -560,8 +588,9 @@ Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag) {
   const int local = local_index(peer);
 #ifdef SMDDP_HAVE_LIBFABRIC
   if (local < 0)
-    return submit_p2p("recv", peer, std::make_shared<NetTransfer>(*net_, false, buf, bytes, peer, tag,
-                                                                  [this](const OpInfo& op) { watch_remote(op); }));
+    return submit_p2p("recv", peer,
+                      std::make_shared<NetTransfer>(*net_, pair_order_, false, buf, bytes, peer, tag,
+                                                    [this](const OpInfo& op) { watch_remote(op); }));
 #endif
   return submit_p2p("recv", peer, std::make_shared<p2p::Recv>(buf, bytes, local, tag));
 }
@@ -571,8 +600,8 @@ Work CommunicatorImpl::recv_any(void* buf, size_t bytes, uint32_t tag) {
 #ifdef SMDDP_HAVE_LIBFABRIC
   if (multi_node_)
     return submit_p2p("recv", -1,
-                      std::make_shared<NetOrLocalAnySource>(*net_, buf, bytes, tag, topo_.local_ranks(), source,
-                                                            [this](const OpInfo& op) { watch_remote(op); }),
+                      std::make_shared<NetOrLocalAnySource>(*net_, pair_order_, buf, bytes, tag, topo_.local_ranks(),
+                                                            source, [this](const OpInfo& op) { watch_remote(op); }),
                       source);
 #endif
   return submit_p2p("recv", -1, std::make_shared<p2p::RecvAny>(buf, bytes, tag, source), source);

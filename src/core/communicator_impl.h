@@ -11,6 +11,7 @@
 
 #include "algorithms/scratch_pool.h"
 #include "algorithms/algorithm.h"
+#include "core/pair_order.h"
 #include "engine/engine.h"
 #include "smddp/communicator.h"
 #include "topology/topology.h"
@@ -94,6 +95,7 @@ class CommunicatorImpl {
   bool multi_node_ = false;
   std::unique_ptr<shm::Group> shm_;         // the ranks of this node
   std::unique_ptr<ofi::Endpoint> net_;      // every rank, when they span nodes
+  PairOrder pair_order_{0};                 // net_'s point-to-point numbering (engine thread)
   std::unique_ptr<algorithms::ScratchPool> scratch_;  // after net_: unregisters before it closes
   std::unique_ptr<algorithms::ScratchPool> staging_pool_;  // across nodes: host copies of CUDA buffers
   std::unique_ptr<device::PeerWindows> windows_;      // the node's peers' host memory (single-copy algorithms)

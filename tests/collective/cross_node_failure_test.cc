@@ -16,20 +16,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
-RunOptions hosts_options(NetnsHosts* hosts, int n_hosts, int per_host) {
-  RunOptions ro;
-  ro.env = {{"FI_TCP_IFACE", hosts ? "eth0" : "lo"}};
-  for (int h = 0; h < n_hosts; ++h)
-    for (int i = 0; i < per_host; ++i) {
-      ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
-      ro.netns.push_back(hosts ? hosts->ns(h) : "");
-    }
-  return ro;
+// per_host ranks on each of n_hosts hosts, in rank order.
+RunOptions hosts_options(const NetnsHosts& hosts, int n_hosts, int per_host) {
+  std::vector<int> host_of_rank;
+  for (int h = 0; h < n_hosts; ++h) host_of_rank.insert(host_of_rank.end(), static_cast<size_t>(per_host), h);
+  return hosts.place(host_of_rank);
 }
 
 TEST(CrossNodeFailure, KilledRankIsNamedOnEveryNode) {
   NetnsHosts hosts(2);
-  RunOptions ro = hosts_options(hosts.available() ? &hosts : nullptr, 2, 2);
+  RunOptions ro = hosts_options(hosts, 2, 2);
   auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;
     o.timeout = 20s;  // detection must come well before this
@@ -60,7 +56,7 @@ TEST(CrossNodeFailure, KilledRankIsNamedOnEveryNode) {
 // then the survivors of each host regroup.
 TEST(CrossNodeFailure, KilledDuringA64MiBAllreduceIsNamedOnEveryNode) {
   NetnsHosts hosts(2);
-  RunOptions ro = hosts_options(hosts.available() ? &hosts : nullptr, 2, 2);
+  RunOptions ro = hosts_options(hosts, 2, 2);
   auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     {
       Options o;
@@ -108,7 +104,7 @@ TEST(CrossNodeFailure, KilledDuringA64MiBAllreduceIsNamedOnEveryNode) {
 // ranks sleep, the root's 200 broadcasts (and the senders' 200 reduces) cannot all complete.
 TEST(CrossNodeFlowControl, SendersCannotRunAheadOfReceivers) {
   NetnsHosts hosts(2);
-  RunOptions ro = hosts_options(hosts.available() ? &hosts : nullptr, 2, 1);
+  RunOptions ro = hosts_options(hosts, 2, 1);
   auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;
     o.timeout = std::chrono::seconds(60);
@@ -149,7 +145,7 @@ TEST(CrossNodeFlowControl, SendersCannotRunAheadOfReceivers) {
 // runs at most) and each host's smallest figure is kept. The retransmissions are printed.
 std::vector<double> host_bytes(NetnsHosts& hosts, int n_hosts, int per_host, const std::string& coll,
                                const std::string& algo, size_t bytes, int attempt = 1) {
-  RunOptions ro = hosts_options(&hosts, n_hosts, per_host);
+  RunOptions ro = hosts_options(hosts, n_hosts, per_host);
   std::vector<uint64_t> before(static_cast<size_t>(n_hosts)), resent(static_cast<size_t>(n_hosts));
   for (int h = 0; h < n_hosts; ++h) {
     before[static_cast<size_t>(h)] = hosts.bytes_sent(h);
@@ -234,7 +230,7 @@ TEST(CrossNodeTraffic, RanksSpreadOverRails) {
   constexpr size_t kBytes = size_t{16} << 20;
   NetnsHosts hosts(kHosts, "", kRails);
   if (!hosts.available()) GTEST_SKIP() << hosts.why_unavailable();
-  RunOptions ro = hosts_options(&hosts, kHosts, kPerHost);
+  RunOptions ro = hosts_options(hosts, kHosts, kPerHost);
   ro.env = {{"SMDDP_OFI_RAILS", "eth0,eth1"}};
   std::vector<uint64_t> before;
   for (int h = 0; h < kHosts; ++h)

@@ -24,15 +24,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-RunOptions two_hosts_two_ranks(const NetnsHosts& hosts) {
-  RunOptions ro;
-  ro.env = {{"FI_TCP_IFACE", "eth0"}};
-  for (int r = 0; r < 4; ++r) {
-    ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(r / 2)}});
-    ro.netns.push_back(hosts.ns(r / 2));
-  }
-  return ro;
-}
+RunOptions two_hosts_two_ranks(const NetnsHosts& hosts) { return hosts.place({0, 0, 1, 1}); }
 
 // Integer-valued floats: every sum is exact whatever order the algorithm adds in.
 float value(int rank, size_t i) { return static_cast<float>((rank + 1) * static_cast<int>(i % 13)); }

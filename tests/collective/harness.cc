@@ -235,6 +235,16 @@ NetnsHosts::~NetnsHosts() {
   if (!left.empty()) ADD_FAILURE() << "namespace hosts " << id_ << " left behind:\n" << left;
 }
 
+RunOptions NetnsHosts::place(const std::vector<int>& host_of_rank) const {
+  RunOptions ro;
+  ro.env = {{"FI_TCP_IFACE", available() ? "eth0" : "lo"}};
+  for (int h : host_of_rank) {
+    ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
+    ro.netns.push_back(available() ? ns(h) : "");
+  }
+  return ro;
+}
+
 std::string NetnsHosts::addr(int host, int rail) const {
   return run_capture(kNetns + " addr " + id_ + " " + std::to_string(host) + " " + std::to_string(rail));
 }

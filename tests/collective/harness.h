@@ -52,6 +52,9 @@ class NetnsHosts {
   bool available() const { return !id_.empty(); }
   std::string ns(int host) const { return "smddp-" + id_ + "-h" + std::to_string(host); }
   std::string addr(int host, int rail = 0) const;
+  // Run options placing rank r on host host_of_rank[r] (SMDDP_NODE_ID "host<h>"): in its
+  // namespace over eth0 where the hosts are available, else as pretend nodes over loopback.
+  RunOptions place(const std::vector<int>& host_of_rank) const;
   // Bytes the host sent over link `rail` (veth counter); rail < 0: over all its links.
   uint64_t bytes_sent(int host, int rail = -1) const;
   // TCP segments the host retransmitted so far (its namespace's /proc/net/snmp): resent bytes

@@ -260,13 +260,7 @@ TEST(P2P, AnySourceStressMixedWithTaggedAndCollectives) {
 TEST(P2P, AnySourceAcrossNodesMixesLocalAndRemoteSenders) {
   for (const std::vector<int>& hosts_of : {std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0}}) {
     NetnsHosts hosts(2);
-    RunOptions ro;
-    ro.env = {{"FI_TCP_IFACE", hosts.available() ? "eth0" : "lo"}};
-    for (int h : hosts_of) {
-      ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
-      ro.netns.push_back(hosts.available() ? hosts.ns(h) : "");
-    }
-    auto res = any_source_stress(static_cast<int>(hosts_of.size()), 120, ro);
+    auto res = any_source_stress(static_cast<int>(hosts_of.size()), 120, hosts.place(hosts_of));
     ASSERT_TRUE(res.ok()) << hosts_of.size() << " ranks on 2 hosts\n" << res.summary();
   }
 }

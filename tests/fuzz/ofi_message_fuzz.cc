@@ -2,7 +2,9 @@
 // wire.h): the sender's rank from its tag (a receive from any rank) and whether its length is the
 // one posted. Any tag must name a rank the tag's sender field holds, nothing else of the tag;
 // any length must be taken exactly when it is the posted chunk's (so a taken chunk lies inside
-// the receive's buffer), else refused naming how many bytes the peer's message came to.
+// the receive's buffer), else refused naming how many bytes the peer's message came to. A
+// point-to-point tag keeps its number and its tag's fold apart: a receive's own tag never
+// disagrees with a message it numbered, and any other tag folds to what the refusal names.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -23,7 +25,8 @@ T take(const uint8_t* data, size_t size, size_t* at) {
 }  // namespace
 
 // Input (little-endian, missing bytes 0): the tag as it arrived (key removed, 8 bytes), the
-// receive's size (8), the largest message (4, taken as 1 to 2^30), the chunk (2), its length (8).
+// receive's size (8), the largest message (4, taken as 1 to 2^30), the chunk (2), its length (8),
+// a receive's tag and number (4 + 4).
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace smddp::ofi;
   size_t at = 0;
@@ -32,6 +35,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t max_msg = 1 + take<uint32_t>(data, size, &at) % (size_t{1} << 30);
   const auto chunk_in = take<uint16_t>(data, size, &at);
   const auto len = static_cast<size_t>(take<uint64_t>(data, size, &at));
+  const auto recv_tag = take<uint32_t>(data, size, &at);
+  const auto order = take<uint32_t>(data, size, &at);
+
+  // Point to point: the number and the fold occupy their own bits of a tag whose bit 31 (the
+  // collectives') is clear; the number is the receive's (mod 2^15), whatever the tag.
+  const uint32_t field = p2p_field(order, recv_tag);
+  if (field & 0x80000000u) std::abort();
+  const uint64_t own = make_tag(sender, field, 0);
+  if (p2p_order_of(own) != (order & 0x7FFFu)) std::abort();
+  if ((own & ~(kSenderBits | kP2pOrderBits | kP2pFoldBits)) != 0) std::abort();
+  if (!p2p_tag_disagreement(recv_tag, own).empty()) std::abort();
+  // Any arrived tag: refused exactly when its fold is not the receive's, naming that fold.
+  const std::string other = p2p_tag_disagreement(recv_tag, tag);
+  const uint32_t arrived_fold = static_cast<uint32_t>((tag & kP2pFoldBits) >> kChunkBits);
+  if (other.empty() != (arrived_fold == fold_tag(recv_tag))) std::abort();
+  if (!other.empty() && other.rfind("tag " + std::to_string(arrived_fold) + " ", 0) != 0) std::abort();
 
   const int sender = sender_of(tag);
   if (sender < 0 || sender >= (1 << kRankBits)) std::abort();

@@ -21,15 +21,14 @@ def test_mismatch_is_an_error_on_every_rank(smddp_built, cases, nproc):
 # hears of it only through the cross-node fingerprint swap.
 @pytest.mark.one_torch
 def test_mismatch_across_nodes_is_an_error_on_every_rank(smddp_built):
-    cases = "count,dtype,root,kind,op,coalesced_split,ddp_extra_param,reduce_scatter_size,send_recv_size"
+    cases = "count,dtype,root,kind,op,coalesced_split,ddp_extra_param,reduce_scatter_size,send_recv_size,send_recv_tag"
     p = torchrun(os.path.join(WORKERS, "mismatch.py"), 4, cases, "2", timeout=300)
     assert_all_ok(p, 4)
 
 
-# The same across two network-namespace hosts, torchrun on each: the fingerprints cross a real
-# link. (A send/recv tag mismatch across nodes is not detected: libfabric matches tags, so the
-# receive waits for its timeout; docs/reliability.md.)
+# The same across two network-namespace hosts, torchrun on each: the fingerprints, and the
+# messages whose tags disagree, cross a real link.
 @pytest.mark.one_torch
 @needs_hosts
 def test_mismatch_across_namespace_hosts_is_an_error_on_every_rank(smddp_built):
-    run_on_two_hosts("mismatch.py", "count,op,kind,allgather_size,send_recv_size", "2", timeout=300)
+    run_on_two_hosts("mismatch.py", "count,op,kind,allgather_size,send_recv_size,send_recv_tag", "2", timeout=300)

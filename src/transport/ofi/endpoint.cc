@@ -20,17 +20,10 @@
 #include "topology/pci.h"
 #include "transport/ofi/fid.h"
 #include "transport/ofi/job_key.h"
+#include "transport/ofi/provider.h"
 #include "transport/ofi/rails.h"
 #include "transport/ofi/region_cache.h"
 #include "transport/ofi/wire.h"
-
-// libfabric 1.x and 2.x differ in a few spellings; they are settled here and nowhere else.
-#define SMDDP_FI_API FI_VERSION(1, 9)
-#ifdef FI_CONTEXT2
-#define SMDDP_FI_MODE (FI_CONTEXT | FI_CONTEXT2)
-#else
-#define SMDDP_FI_MODE FI_CONTEXT
-#endif
 
 namespace smddp::ofi {
 
@@ -45,111 +38,7 @@ void check(const char* what, ssize_t rc) {
   if (rc != 0) throw SystemError(fi_error(what, rc));
 }
 
-InfoOwner hints_for(const char* provider, bool rma) {
-  InfoOwner hints(fi_allocinfo());
-  if (!hints.get()) throw SystemError("smddp: fi_allocinfo failed");
-  fi_info* h = hints.get();
-  h->ep_attr->type = FI_EP_RDM;
-  h->caps = FI_TAGGED | (rma ? FI_RMA : 0);
-  h->mode = SMDDP_FI_MODE;
-  h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-  h->domain_attr->threading = FI_THREAD_DOMAIN;
-  if (provider) h->fabric_attr->prov_name = strdup(provider);  // freed with the hints
-  return hints;
-}
-
-// The largest message this transport hands libfabric; longer ones go in chunks.
-constexpr size_t kMaxChunk = size_t{1} << 30;
-
-// Settings of libfabric's own that its providers read when they open an endpoint; a value the
-// user set wins. rxm over tcp (tcp;ofi_rxm) has three ways to send a message: eager (up to its
-// eager limit, 16 KiB), segmentation and reassembly (SAR, up to 8x that) and rendezvous (the
-// receiver reads the sender's buffer by RMA).
-// - SAR is off: libfabric 2.1's rxm loses a SAR message that arrives before its receive is
-//   posted, now and then (a collective hangs until its timeout; 2 runs of 3 of a 3-rank
-//   subgroup allgather of 64 KiB across two hosts, docs/reliability.md). Any limit at most the
-//   eager limit turns it off; libfabric 1.17's rxm over tcp never uses SAR.
-// - Eager as far as it goes: libfabric 1.17's tcp reports a rendezvous read that a failing
-//   connection cuts short twice, the second time after freeing it (fixed upstream in 1.18:
-//   "prov/tcp: Suspicion of bug where RX entry is freed twice"), and rxm dereferences that
-//   report's null context: a link going down mid-message crashed the process as it closed its
-//   endpoint (CrossNodeFaults.LinkDown..., about 1 run in 3). rxm's rendezvous by RMA write
-//   (FI_OFI_RXM_USE_RNDV_WRITE) hung under our traffic. So the eager limit is the largest chunk:
-//   1.17's tcp places every message straight into its posted receive (rxm's dynamic receive
-//   buffers; an unexpected one is held whole until its receive is posted), no RMA read runs.
-//   rxm from libfabric 1.20 on no longer reads that setting (its eager limit is its buffer
-//   size), so there messages above 16 KiB go by rendezvous read, which 1.18 fixed.
-// Measured on namespace hosts in docs/transport-between-nodes.md.
-void configure_providers_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    ::setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kMaxChunk).c_str(), /*overwrite=*/0);
-    ::setenv("FI_OFI_RXM_SAR_LIMIT", "0", /*overwrite=*/0);
-  });
-}
-
-// The providers tried, in order, when none is forced. Over TCP: libfabric 1.17's tcp has
-// reliable-datagram endpoints only as rxm layered on it (tcp;ofi_rxm). tcp has its own from
-// 1.18 (the former "net" provider, merged into tcp); preferred from 2.x, the versions tested
-// (2.1), where rxm is the worse choice: 2.1's rxm loses SAR messages (configure_providers_once)
-// and keeps a domain open, with three fds of its progress, after a connection was cut
-// mid-transfer (docs/reliability.md), neither of which the native endpoints do.
-std::vector<std::string> default_providers() {
-  if (FI_MAJOR(fi_version()) >= 2) return {"efa", "tcp", "tcp;ofi_rxm", "sockets"};
-  return {"efa", "tcp;ofi_rxm", "tcp", "sockets"};
-}
-
-// rma: also RMA writes with remote completion data (at least 4 bytes of it), and injects big
-// enough for a ticket.
-InfoOwner getinfo(const char* provider, bool rma = false) {
-  configure_providers_once();
-  InfoOwner hints = hints_for(provider, rma);
-  InfoOwner info;
-  if (fi_getinfo(SMDDP_FI_API, nullptr, nullptr, 0, hints.get(), info.out()) != 0) return InfoOwner();
-  if (rma && info.get() &&
-      (info.get()->domain_attr->cq_data_size < 4 || info.get()->tx_attr->inject_size < sizeof(RmaTicket)))
-    return InfoOwner();
-  return info;
-}
-
-// libfabric's rxm over tcp msg endpoints (1.17 here, and its rxm to this day) crashes the
-// receiving process when a connection fails while an RMA write into it is under way: tcp
-// reports the cut write as a cancelled completion with no context, and rxm's error handler
-// (rxm_handle_comp_error) reads a protocol state through that null pointer. A peer that dies,
-// or a link that goes down, mid-write would take the receiver with it (SIGSEGV in fi_close or
-// in progress), where tagged messages give an error naming the rank. docs/reliability.md.
-bool rma_write_cut_crashes(const std::string& provider) {
-  return provider.rfind("tcp", 0) == 0 && provider.find("ofi_rxm") != std::string::npos;
-}
-
-// Collective messages of at least this size go by RMA write (SMDDP_OFI_RMA; 0: never). "auto"
-// is the measured setting per provider (docs/transport-between-nodes.md): 1 MiB over the native
-// tcp provider; off over tcp;ofi_rxm (rma_write_cut_crashes) and elsewhere until measured there.
-size_t rma_threshold(const std::string& provider) {
-  const std::string v = config::get_string("SMDDP_OFI_RMA");
-  if (v == "auto") return provider.rfind("tcp", 0) == 0 && !rma_write_cut_crashes(provider) ? size_t{1} << 20 : 0;
-  if (v.empty() || v == "off" || v == "0") return 0;
-  return static_cast<size_t>(std::max<int64_t>(1, config::get_int("SMDDP_OFI_RMA")));
-}
-
 }  // namespace
-
-std::string runtime_version() {
-  uint32_t v = fi_version();
-  return std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
-}
-
-std::vector<std::string> rdm_providers() {
-  std::vector<std::string> out;
-  InfoOwner info = getinfo(nullptr);
-  for (fi_info* i = info.get(); i; i = i->next) {
-    std::string n = i->fabric_attr->prov_name;
-    bool seen = false;
-    for (auto& o : out) seen = seen || o == n;
-    if (!seen) out.push_back(n);
-  }
-  return out;
-}
 
 struct ChunkCtx {
   fi_context2 ctx;  // first member: libfabric hands back &ctx as op_context
@@ -180,7 +69,11 @@ struct Endpoint::Request {
   FidOwner<fid_mr> ticket_mr;  // RMA sender, where buffers need registering
   void* ticket_desc = nullptr;
   std::string error;
-  bool size_mismatch = false;  // error is the two ranks disagreeing about the message's size
+  bool disagrees = false;  // error is the two ranks disagreeing about the message (size, tag)
+  // Point to point (wire.h): matched by the pair's message number, then the caller's tag compared.
+  bool check_tag = false;
+  uint32_t caller_tag = 0;
+  uint32_t order = 0;  // the pair's message number (a receive from any rank: once it arrived)
   bool done() const {
     if (!error.empty()) return true;
     if (rma && !is_send) return ticket_sent && remote_done == nchunks;
@@ -192,6 +85,17 @@ struct Endpoint::Request {
     return ours && (!(rma && !is_send) || done());
   }
 };
+
+static std::shared_ptr<Endpoint::Request> make_request(Endpoint::Request proto, size_t max_msg) {
+  auto r = std::make_shared<Endpoint::Request>(std::move(proto));
+  r->nchunks = std::max<size_t>(1, (r->bytes + max_msg - 1) / max_msg);
+  if (r->nchunks >= kTicketChunk) throw InvalidArgument("smddp: message too large for the libfabric transport");
+  // Operations with contexts of ours: the chunks; an RMA sender also its ticket's receive; an
+  // RMA receiver none (its ticket is injected, its data arrives as remote completions).
+  r->ops = !r->rma ? r->nchunks : r->is_send ? r->nchunks + 1 : 0;
+  r->ctx.resize(r->ops);
+  return r;
+}
 
 struct Endpoint::Impl {
   int rank = 0, size = 0;
@@ -232,7 +136,7 @@ struct Endpoint::Impl {
     // the requests (buffers, contexts, RMA tickets and their regions), so those must outlive it.
     // Then the rest in reverse order of opening (members are destroyed in reverse declaration
     // order). After a link went down this close flushes the cut transfers: see
-    // configure_providers_once for the rxm crash that made over tcp.
+    // provider.cc's configure_providers_once for the rxm crash that made over tcp.
     ep.reset();
     inflight.clear();
     if (sweep && sweep->dropped()) {
@@ -248,10 +152,29 @@ struct Endpoint::Impl {
   // The ranks disagree about a message's size: an error for the request, never a short or
   // truncated buffer taken for a whole one. `theirs`: the peer's size, or "more than ...".
   void size_mismatch(Request& r, const std::string& theirs) {
-    r.size_mismatch = true;
+    r.disagrees = true;
     r.error = "smddp: rank " + std::to_string(rank) + (r.is_send ? " sends " : " expects ") + std::to_string(r.bytes) +
               " bytes " + (r.is_send ? "to" : "from") + " rank " + std::to_string(r.peer) + ", which " +
               (r.is_send ? "expects " : "sent ") + theirs + " (the ranks disagree about the message's size)";
+  }
+
+  // A point-to-point message under another tag than its receive's. `theirs`: the sender's tag.
+  void tag_mismatch(Request& r, const std::string& theirs) {
+    r.disagrees = true;
+    r.error = "smddp: rank " + std::to_string(rank) + " expects a message under tag " + std::to_string(r.caller_tag) +
+              " from rank " + std::to_string(r.peer) + ", which sent its next message under " + theirs +
+              " (the ranks disagree about the message's tag; between two ranks, messages are received in the " +
+              "order they were sent, as inside a node)";
+  }
+
+  // A receive completion's tag (on the wire) against the receive's: true if it is another
+  // message's (the error is set).
+  bool tag_disagrees(Request& r, uint64_t wire_tag) {
+    if (!r.check_tag || !r.error.empty()) return false;
+    const std::string theirs = p2p_tag_disagreement(r.caller_tag, wire(wire_tag));
+    if (theirs.empty()) return false;
+    tag_mismatch(r, theirs);
+    return true;
   }
 
   // A receive completion's length against the chunk it was posted for (wire.h).
@@ -271,7 +194,8 @@ struct Endpoint::Impl {
       ChunkCtx& c = r->ctx[i];
       c.req = r.get();
       const uint64_t tag = wire(r->first_tag + i);
-      const uint64_t ignore = r->any_source ? kSenderBits : 0;
+      // A receive from any rank takes any sender's message under its tag, whatever its number.
+      const uint64_t ignore = r->any_source ? kSenderBits | kP2pOrderBits : r->check_tag ? kP2pFoldBits : 0;
       ssize_t rc = r->is_send
                        ? fi_tsend(ep.get(), r->sbuf + off, len, r->desc, addrs[static_cast<size_t>(r->peer)], tag, &c.ctx)
                        : fi_trecv(ep.get(), r->rbuf + off, len, r->desc, FI_ADDR_UNSPEC, tag, ignore, &c.ctx);
@@ -341,6 +265,16 @@ struct Endpoint::Impl {
     ++transfer_regs;
   }
 
+  // A tagged transfer without RMA: owned, described and posted.
+  Handle start(Request proto, const void* buf, uint64_t access) {
+    auto r = make_request(std::move(proto), max_msg);
+    std::lock_guard<std::mutex> g(mu);
+    describe(*r, buf, r->bytes, access);
+    inflight.insert(r);
+    post(r);
+    return r;
+  }
+
   void progress() {
     fi_cq_tagged_entry e[16];
     for (;;) {
@@ -357,7 +291,9 @@ struct Endpoint::Impl {
           Request* r = reinterpret_cast<ChunkCtx*>(err.op_context)->req;
           r->failed++;
           if (err.err == FI_ETRUNC && !r->is_send) {  // the sender's message is larger
-            size_mismatch(*r, "more (" + std::to_string(err.olen) + " bytes over)");
+            // (A provider that leaves the entry's tag unset leaves it 0: then only the size is known.)
+            if (!(err.tag && tag_disagrees(*r, err.tag)))
+              size_mismatch(*r, "more (" + std::to_string(err.olen) + " bytes over)");
             continue;
           }
           r->error = std::string("smddp: libfabric ") + (r->is_send ? "send to" : "receive from") + " rank " +
@@ -388,8 +324,12 @@ struct Endpoint::Impl {
         }
         auto* c = reinterpret_cast<ChunkCtx*>(e[k].op_context);
         c->req->completed++;
-        if (c->req->any_source) c->req->peer = sender_of(wire(e[k].tag));
-        if ((e[k].flags & FI_RECV) && c->req->error.empty()) check_length(*c->req, *c, e[k].len);
+        if (c->req->any_source) {
+          c->req->peer = sender_of(wire(e[k].tag));
+          c->req->order = p2p_order_of(wire(e[k].tag));
+        }
+        if ((e[k].flags & FI_RECV) && c->req->error.empty() && !tag_disagrees(*c->req, e[k].tag))
+          check_length(*c->req, *c, e[k].len);
       }
     }
   }
@@ -526,16 +466,6 @@ Endpoint::~Endpoint() = default;
 const std::string& Endpoint::provider() const { return impl_->provider; }
 size_t Endpoint::max_message() const { return impl_->max_msg; }
 
-static std::shared_ptr<Endpoint::Request> make_request(Endpoint::Request proto, size_t max_msg) {
-  auto r = std::make_shared<Endpoint::Request>(std::move(proto));
-  r->nchunks = std::max<size_t>(1, (r->bytes + max_msg - 1) / max_msg);
-  if (r->nchunks >= kTicketChunk) throw InvalidArgument("smddp: message too large for the libfabric transport");
-  // Operations with contexts of ours: the chunks; an RMA sender also its ticket's receive; an
-  // RMA receiver none (its ticket is injected, its data arrives as remote completions).
-  r->ops = !r->rma ? r->nchunks : r->is_send ? r->nchunks + 1 : 0;
-  r->ctx.resize(r->ops);
-  return r;
-}
 
 // RMA only for collective traffic (tag bit 31), where both sides post the same size.
 static bool use_rma(size_t rma_min, size_t bytes, uint32_t tag) {
@@ -659,18 +589,43 @@ Endpoint::Handle Endpoint::recv_any(void* buf, size_t bytes, uint32_t tag) {
   proto.any_source = true;
   proto.rbuf = static_cast<std::byte*>(buf);
   proto.bytes = bytes;
-  proto.first_tag = make_tag(0, tag, 0);
-  auto r = make_request(std::move(proto), m.max_msg);
-  std::lock_guard<std::mutex> g(m.mu);
-  m.describe(*r, buf, bytes, FI_RECV);
-  m.inflight.insert(r);
-  m.post(r);
-  return r;
+  proto.first_tag = make_tag(0, p2p_field(0, tag), 0);
+  return m.start(std::move(proto), buf, FI_RECV);
+}
+
+Endpoint::Handle Endpoint::send_p2p(int peer, const void* buf, size_t bytes, uint32_t tag, uint32_t order) {
+  Request proto;
+  proto.is_send = true;
+  proto.peer = peer;
+  proto.sbuf = static_cast<const std::byte*>(buf);
+  proto.bytes = bytes;
+  proto.first_tag = make_tag(impl_->rank, p2p_field(order, tag), 0);
+  proto.caller_tag = tag;
+  proto.order = order;
+  return impl_->start(std::move(proto), buf, FI_SEND);
+}
+
+Endpoint::Handle Endpoint::recv_p2p(int peer, void* buf, size_t bytes, uint32_t tag, uint32_t order) {
+  Request proto;
+  proto.is_send = false;
+  proto.peer = peer;
+  proto.rbuf = static_cast<std::byte*>(buf);
+  proto.bytes = bytes;
+  proto.first_tag = make_tag(peer, p2p_field(order, tag), 0);
+  proto.check_tag = true;
+  proto.caller_tag = tag;
+  proto.order = order;
+  return impl_->start(std::move(proto), buf, FI_RECV);
 }
 
 int Endpoint::source(const Handle& h) const {
   std::lock_guard<std::mutex> g(impl_->mu);
   return h->done() && h->error.empty() ? h->peer : -1;
+}
+
+uint32_t Endpoint::order(const Handle& h) const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return h->order;
 }
 
 bool Endpoint::withdraw(const Handle& h) {
@@ -691,7 +646,7 @@ bool Endpoint::withdraw(const Handle& h) {
       throw SystemError("smddp: libfabric (" + impl_->provider +
                         ") did not report a cancelled receive within 30 s; its buffer may still be written");
   }
-  if (r.size_mismatch) throw MismatchError(r.error);
+  if (r.disagrees) throw MismatchError(r.error);
   if (r.completed == r.ops && r.failed == 0) return true;
   r.error = "smddp: transfer cancelled";
   return false;
@@ -743,7 +698,7 @@ void Endpoint::progress() {
 bool Endpoint::test(const Handle& h) {
   std::lock_guard<std::mutex> g(impl_->mu);
   impl_->drive();
-  if (h->size_mismatch) throw MismatchError(h->error);
+  if (h->disagrees) throw MismatchError(h->error);
   if (!h->error.empty()) throw SystemError(h->error);
   return h->done();
 }

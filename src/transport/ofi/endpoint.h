@@ -44,14 +44,22 @@ class Endpoint {
   // A posted transfer; done() once all its chunks completed.
   struct Request;
   using Handle = std::shared_ptr<Request>;
-  // Post a send/receive of `bytes` to/from `peer` under `tag` (< 2^32). Buffers stay valid
-  // until the request is done.
+  // Post a send/receive of `bytes` to/from `peer` under `tag` (collective traffic: bit 31 set).
+  // Buffers stay valid until the request is done.
   Handle send(int peer, const void* buf, size_t bytes, uint32_t tag);
   Handle recv(int peer, void* buf, size_t bytes, uint32_t tag);
-  // A receive from whichever rank sends the next message under `tag` (point to point, at most
-  // max_message() bytes); source() names that rank once it is done.
+  // Point to point (`tag` the caller's, any 32 bits): the pair's message number `order` (wire.h:
+  // messages between two ranks are matched in the order the ranks posted them, as inside a node),
+  // the tag compared when it arrives: a message under another tag fails the receive with a
+  // MismatchError naming both tags.
+  Handle send_p2p(int peer, const void* buf, size_t bytes, uint32_t tag, uint32_t order);
+  Handle recv_p2p(int peer, void* buf, size_t bytes, uint32_t tag, uint32_t order);
+  // A receive of the point-to-point message under `tag` that arrives first from any rank, whatever
+  // its number (at most max_message() bytes); source() names that rank once it is done, order()
+  // the number.
   Handle recv_any(void* buf, size_t bytes, uint32_t tag);
   int source(const Handle& h) const;  // -1 until done
+  uint32_t order(const Handle& h) const;  // a receive from any rank: meaningful once done
   // Takes back a receive that has not completed: true if a message landed in it after all (it
   // completed while being withdrawn: the caller must treat it as received), false if it is
   // cancelled and nothing will land. Throws if the receive failed.

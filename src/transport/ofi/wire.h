@@ -38,6 +38,25 @@ inline int sender_of(uint64_t tag) {
   return static_cast<int>(tag >> (64 - kRankBits));
 }
 
+// Point-to-point tags (the caller's bit 31 clear; collectives set it). Messages between a pair
+// of ranks are matched in the order the two ranks posted them, as inside a node: the caller field
+// carries the message's number among the pair's messages (15 bits, wrapping) and a 16-bit fold of
+// the caller's tag. A receive matches the number and ignores the fold, then compares it: a message
+// under another tag is an error naming both, where matching by tag would leave the receive
+// waiting for a message that never comes (docs/reliability.md).
+inline uint32_t fold_tag(uint32_t tag) { return (tag ^ (tag >> 16)) & 0xFFFFu; }
+inline uint32_t p2p_field(uint32_t order, uint32_t tag) { return ((order & 0x7FFFu) << 16) | fold_tag(tag); }
+inline constexpr uint64_t kP2pFoldBits = uint64_t{0xFFFF} << kChunkBits;         // in make_tag's layout
+inline constexpr uint64_t kP2pOrderBits = uint64_t{0x7FFF} << (kChunkBits + 16);  // ditto
+inline uint32_t p2p_order_of(uint64_t tag) { return static_cast<uint32_t>((tag & kP2pOrderBits) >> (kChunkBits + 16)); }
+// The tag (key removed) a point-to-point chunk arrived under against the caller's `tag` of its
+// receive: empty when the folds agree; else the sender's tag as the mismatch error words it.
+inline std::string p2p_tag_disagreement(uint32_t tag, uint64_t arrived) {
+  const uint32_t theirs = static_cast<uint32_t>((arrived & kP2pFoldBits) >> kChunkBits);
+  if (theirs == fold_tag(tag)) return {};
+  return "tag " + std::to_string(theirs) + " (or a tag above 65535 that folds to it)";
+}
+
 // The length of a received chunk against the one posted for it: chunk `chunk` of a message of
 // `bytes` bytes cut into chunks of `max_msg` (the last shorter). Empty when `len` is that length;
 // else what the peer sent, as the size-mismatch error words it ("<bytes up to here> bytes").
