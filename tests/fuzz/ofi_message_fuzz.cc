@@ -38,6 +38,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto recv_tag = take<uint32_t>(data, size, &at);
   const auto order = take<uint32_t>(data, size, &at);
 
+  const int sender = sender_of(tag);
+  if (sender < 0 || sender >= (1 << kRankBits)) std::abort();
+  if ((make_tag(sender, 0, 0) | (tag & ~kSenderBits)) != tag) std::abort();  // the field, and only it
+  const auto caller_tag = static_cast<uint32_t>(tag >> kChunkBits);
+  const size_t chunk_field = tag & kTicketChunk;
+  if (make_tag(sender, caller_tag, chunk_field) != tag) std::abort();
+
   // Point to point: the number and the fold occupy their own bits of a tag whose bit 31 (the
   // collectives') is clear; the number is the receive's (mod 2^15), whatever the tag.
   const uint32_t field = p2p_field(order, recv_tag);
@@ -51,13 +58,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint32_t arrived_fold = static_cast<uint32_t>((tag & kP2pFoldBits) >> kChunkBits);
   if (other.empty() != (arrived_fold == fold_tag(recv_tag))) std::abort();
   if (!other.empty() && other.rfind("tag " + std::to_string(arrived_fold) + " ", 0) != 0) std::abort();
-
-  const int sender = sender_of(tag);
-  if (sender < 0 || sender >= (1 << kRankBits)) std::abort();
-  if ((make_tag(sender, 0, 0) | (tag & ~kSenderBits)) != tag) std::abort();  // the field, and only it
-  const auto caller_tag = static_cast<uint32_t>(tag >> kChunkBits);
-  const size_t chunk_field = tag & kTicketChunk;
-  if (make_tag(sender, caller_tag, chunk_field) != tag) std::abort();
 
   // A completion belongs to one of the receive's chunks; a message of more chunks than a tag can
   // number is refused before anything is posted (make_request).
