@@ -48,12 +48,19 @@ std::string next_store_prefix(Store& store, const std::string& name, int rank) {
 
 shm::GroupConfig group_config(int size) {
   shm::GroupConfig c;
-  c.slot_bytes = static_cast<size_t>(config::get_int("SMDDP_SHM_CHUNK"));
+  // More ranks than cores (the same answer on every rank of the node, so their layouts agree).
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  const bool oversubscribed = cpus > 0 && size > cpus;
+  // With more ranks than cores every round is a wait for a rank that may not be running: fewer,
+  // larger rounds were 20-45% faster from 1 MiB up at w=4 on 2 cores; with a core per rank the
+  // smaller chunk pipelines better (docs/performance.md).
+  c.slot_bytes = config::get_string("SMDDP_SHM_CHUNK") == "auto"
+                     ? (oversubscribed ? size_t{1} << 20 : size_t{256} << 10)
+                     : static_cast<size_t>(config::get_int("SMDDP_SHM_CHUNK"));
   c.fifo_bytes = static_cast<size_t>(config::get_int("SMDDP_SHM_FIFO"));
   c.spin = static_cast<int>(config::get_int("SMDDP_SPIN"));
   // More ranks than cores: spinning only steals the time slice of the rank we wait for.
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cpus > 0 && size > cpus) {
+  if (oversubscribed) {
     c.spin = std::min(c.spin, 64);
     c.yield_to_peers = true;
   }

@@ -14,7 +14,7 @@ const std::vector<Param>& params() {
       {"SMDDP_DEBUG", "WARN", "Log level: WARN, INFO or TRACE (TRACE logs every collective)."},
       {"SMDDP_CHECK_CONSISTENCY", "1", "1: ranks compare each collective's kind, count, dtype, op and root before any data moves (in its first round inside a node; across nodes after one network exchange) and raise MismatchError on every rank when they differ. 0 only to measure its cost."},
       {"SMDDP_ALGO", "", "Force algorithms, e.g. 'allreduce:one_shot,allgather:direct'."},
-      {"SMDDP_SHM_CHUNK", "256k", "Bytes each rank stages per pipeline step in shared memory."},
+      {"SMDDP_SHM_CHUNK", "auto", "Bytes each rank stages per pipeline step in shared memory; auto: 256k, or 1m when the node's ranks outnumber its cores (fewer rounds, each a wait for a rank that may not be running)."},
       {"SMDDP_SHM_FIFO", "256k", "Bytes of each point-to-point shared-memory FIFO (one per ordered rank pair)."},
       {"SMDDP_ONE_SHOT_MAX", "32k", "Largest allreduce (bytes) sent by the one-shot algorithm when not forced."},
       {"SMDDP_HIER_SLICE", "4m", "Bytes of the message per pipelined slice of the hierarchical algorithms across nodes."},
