@@ -70,10 +70,10 @@ struct Endpoint::Request {
   void* ticket_desc = nullptr;
   std::string error;
   bool disagrees = false;  // error is the two ranks disagreeing about the message (size, tag)
-  // Point to point (wire.h): matched by the pair's message number, then the caller's tag compared.
+  // Point-to-point receive (wire.h): matched by the pair's message number, then its tag compared.
   bool check_tag = false;
   uint32_t caller_tag = 0;
-  uint32_t order = 0;  // the pair's message number (a receive from any rank: once it arrived)
+  uint32_t order = 0;  // a receive from any rank: the number of the message it took
   bool done() const {
     if (!error.empty()) return true;
     if (rma && !is_send) return ticket_sent && remote_done == nchunks;
@@ -600,8 +600,6 @@ Endpoint::Handle Endpoint::send_p2p(int peer, const void* buf, size_t bytes, uin
   proto.sbuf = static_cast<const std::byte*>(buf);
   proto.bytes = bytes;
   proto.first_tag = make_tag(impl_->rank, p2p_field(order, tag), 0);
-  proto.caller_tag = tag;
-  proto.order = order;
   return impl_->start(std::move(proto), buf, FI_SEND);
 }
 
@@ -614,7 +612,6 @@ Endpoint::Handle Endpoint::recv_p2p(int peer, void* buf, size_t bytes, uint32_t 
   proto.first_tag = make_tag(peer, p2p_field(order, tag), 0);
   proto.check_tag = true;
   proto.caller_tag = tag;
-  proto.order = order;
   return impl_->start(std::move(proto), buf, FI_RECV);
 }
 
