@@ -1,5 +1,7 @@
 // The exception hierarchy. Every error smddp raises derives from smddp::Error and carries
 // the context needed to act on it (op, sequence number, rank, peer) in its message.
+// Work::wait throws a copy of an operation's error by its class (throw_copy_of in
+// src/core/communicator.cc): a class added here needs its line there.
 #pragma once
 
 #include <stdexcept>

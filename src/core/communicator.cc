@@ -11,6 +11,36 @@ using algorithms::CollKind;
 
 // --- Work ---
 
+namespace {
+
+// Throws a copy of the operation's error, with a string of its own, rather than the stored
+// object itself. Every waiter (several threads may wait on copies of one Work) then owns what it
+// catches, and the stored object, released by whichever thread drops the operation last (often
+// the engine), is never read by a handler at that moment. libstdc++ counts references to an
+// exception and to runtime_error's string in code ThreadSanitizer does not see, so sharing them
+// across threads was also reported as a race on the exception's vptr.
+[[noreturn]] void throw_copy_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const MismatchError& x) {
+    throw MismatchError(std::string(x.what()));
+  } catch (const InvalidArgument& x) {
+    throw InvalidArgument(std::string(x.what()));
+  } catch (const TimeoutError& x) {
+    throw TimeoutError(std::string(x.what()), x.missing_ranks());
+  } catch (const PeerError& x) {
+    throw PeerError(std::string(x.what()), x.peer());
+  } catch (const AbortedError& x) {
+    throw AbortedError(std::string(x.what()));
+  } catch (const SystemError& x) {
+    throw SystemError(std::string(x.what()));
+  } catch (const Error& x) {
+    throw Error(std::string(x.what()));
+  }
+}
+
+}  // namespace
+
 bool Work::test() const { return !state_ || state_->done.load(std::memory_order_acquire); }
 
 void Work::wait() const {
@@ -23,14 +53,14 @@ void Work::wait() const {
   }
   std::unique_lock<std::mutex> lk(state_->mu);
   state_->cv.wait(lk, [&] { return state_->done.load(std::memory_order_acquire); });
-  if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->error) throw_copy_of(state_->error);
 }
 
 bool Work::wait_for(std::chrono::milliseconds timeout) const {
   if (!state_) return true;
   std::unique_lock<std::mutex> lk(state_->mu);
   if (!state_->cv.wait_for(lk, timeout, [&] { return state_->done.load(std::memory_order_acquire); })) return false;
-  if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->error) throw_copy_of(state_->error);
   return true;
 }
 

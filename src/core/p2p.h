@@ -50,6 +50,8 @@ class Recv {
   bool poll(shm::Group& g, const OpInfo& op);
 
  private:
+  void check_sender(shm::Group& g, const OpInfo& op) const;
+
   Header hdr_{};
   std::byte* data_;
   size_t bytes_;
