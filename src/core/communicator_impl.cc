@@ -495,6 +495,16 @@ class NetWait {
   Clock::time_point next_watch_{};
 };
 
+// A failed transfer's posted operations are cancelled before its error reaches the caller, who
+// may then free the buffer: nothing lands in it afterwards (as NetExchange does for collectives).
+void cancel_quietly(ofi::Endpoint& ep, const ofi::Endpoint::Handle& h) noexcept {
+  if (!h) return;
+  try {
+    ep.cancel(h);
+  } catch (...) {  // the transfer's own error is on its way
+  }
+}
+
 // A point-to-point message to or from another node: one tagged libfabric transfer, numbered
 // among the pair's messages when first polled (pair_order.h).
 class NetTransfer {
@@ -503,7 +513,17 @@ class NetTransfer {
               std::function<void(const OpInfo&)> watch)
       : ep_(ep), order_(order), is_send_(is_send), buf_(buf), bytes_(bytes), peer_(peer), tag_(tag),
         wait_(std::move(watch)) {}
-  bool poll(shm::Group&, const OpInfo& op) {
+  bool poll(shm::Group& g, const OpInfo& op) {
+    try {
+      return step(g, op);
+    } catch (...) {
+      cancel_quietly(ep_, h_);
+      throw;
+    }
+  }
+
+ private:
+  bool step(shm::Group&, const OpInfo& op) {
     if (!h_) {
       if (is_send_) {
         h_ = ep_.send_p2p(peer_, buf_, bytes_, tag_, order_.next_send(peer_));
@@ -517,7 +537,6 @@ class NetTransfer {
     return wait_.still_waiting(ep_, h_, op);
   }
 
- private:
   ofi::Endpoint& ep_;
   PairOrder& order_;
   bool is_send_;
@@ -541,6 +560,16 @@ class NetOrLocalAnySource {
       : ep_(ep), order_(order), buf_(buf), bytes_(bytes), tag_(tag), local_ranks_(std::move(local_ranks)),
         source_(std::move(source)), wait_(std::move(watch)) {}
   bool poll(shm::Group& g, const OpInfo& op) {
+    try {
+      return step(g, op);
+    } catch (...) {
+      cancel_quietly(ep_, h_);  // (withdrawn already when a local message was taken)
+      throw;
+    }
+  }
+
+ private:
+  bool step(shm::Group& g, const OpInfo& op) {
     if (local_) return local_->poll(g, op);
     if (!h_) {
       if (!order_.open_any()) return wait_.still_waiting(ep_, h_, op);  // behind another receive from any rank
@@ -558,7 +587,6 @@ class NetOrLocalAnySource {
     return wait_.still_waiting(ep_, h_, op);
   }
 
- private:
   bool took_network_message() {
     const int from = ep_.source(h_);
     order_.close_any(from, ep_.order(h_));
