@@ -450,6 +450,9 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Ma
   t.poll = [this, op, machine]() mutable {
     if (op.deadline == Clock::time_point{}) op.deadline = Clock::now() + op.timeout;
     try {
+      // Before any byte moves: after an abort the stream between a pair may be cut mid-message
+      // (a failed receive also keeps its claim on the FIFO), so no later message is taken.
+      shm_->throw_if_aborted(op);
       return machine->poll(*shm_, op);
     } catch (const std::exception& e) {
       // Any failure mid-message (a tag/size mismatch included) leaves the byte stream between
