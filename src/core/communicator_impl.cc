@@ -498,13 +498,21 @@ class NetWait {
   Clock::time_point next_watch_{};
 };
 
-// A failed transfer's posted operations are cancelled before its error reaches the caller, who
-// may then free the buffer: nothing lands in it afterwards (as NetExchange does for collectives).
-void cancel_quietly(ofi::Endpoint& ep, const ofi::Endpoint::Handle& h) noexcept {
-  if (!h) return;
+// Runs one poll of a transfer whose request is `h` (null until posted). If it throws, the
+// request's posted operations are cancelled before the error reaches the caller, who may then
+// free the buffer (as NetExchange does for collectives).
+template <class Step>
+bool cancelled_on_failure(ofi::Endpoint& ep, const ofi::Endpoint::Handle& h, Step step) {
   try {
-    ep.cancel(h);
-  } catch (...) {  // the transfer's own error is on its way
+    return step();
+  } catch (...) {
+    if (h) {
+      try {
+        ep.cancel(h);
+      } catch (...) {  // the transfer's own error is on its way
+      }
+    }
+    throw;
   }
 }
 
@@ -517,12 +525,7 @@ class NetTransfer {
       : ep_(ep), order_(order), is_send_(is_send), buf_(buf), bytes_(bytes), peer_(peer), tag_(tag),
         wait_(std::move(watch)) {}
   bool poll(shm::Group& g, const OpInfo& op) {
-    try {
-      return step(g, op);
-    } catch (...) {
-      cancel_quietly(ep_, h_);
-      throw;
-    }
+    return cancelled_on_failure(ep_, h_, [&] { return step(g, op); });
   }
 
  private:
@@ -563,12 +566,8 @@ class NetOrLocalAnySource {
       : ep_(ep), order_(order), buf_(buf), bytes_(bytes), tag_(tag), local_ranks_(std::move(local_ranks)),
         source_(std::move(source)), wait_(std::move(watch)) {}
   bool poll(shm::Group& g, const OpInfo& op) {
-    try {
-      return step(g, op);
-    } catch (...) {
-      cancel_quietly(ep_, h_);  // (withdrawn already when a local message was taken)
-      throw;
-    }
+    // (a network receive withdrawn for a local message: cancelling it again is harmless)
+    return cancelled_on_failure(ep_, h_, [&] { return step(g, op); });
   }
 
  private:
