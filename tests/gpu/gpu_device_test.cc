@@ -59,9 +59,11 @@ const Probe& probe() {
 }
 
 // The CUDA driver starts threads of its own with a process's first context, for the process's
-// life: made before the harness counts threads, so they do not read as a leak.
+// life: made before the harness counts threads, so they do not read as a leak. On an H100 each
+// test takes seconds: past 3 minutes it hangs, and the lease of a lent GPU is short.
 RunOptions gpu_options() {
   RunOptions ro;
+  ro.wall_limit = std::chrono::seconds(180);
   ro.before_thread_count = [] {
     for (int d = 0; d < device::cuda_device_count(); ++d) device::cuda_device(d);
   };

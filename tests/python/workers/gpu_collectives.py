@@ -3,7 +3,8 @@ through gloo in the same run: allreduce (every dtype x op the two share, AVG and
 local reference), broadcast, reduce, all_gather(_into_tensor), reduce_scatter(_tensor), the
 coalesced forms, a non-contiguous tensor, stream order (the input still being written on the
 caller's stream at the call: a side stream, and torch's default stream), an unawaited work,
-the future's device (DDP's comm hooks), and DDP with CUDA tensors against DDP on CPU over gloo.
+the future's device (DDP's comm hooks), and DDP and FSDP2 with CUDA tensors against the same
+training on CPU over gloo.
 Ranks share the GPUs there are."""
 import datetime
 import os
@@ -156,6 +157,36 @@ for step in range(5):
         opt.step()
 for (name, p), q in zip(gpu_model.module.named_parameters(), cpu_model.module.parameters()):
     check(f"DDP on CUDA matches CPU gloo: {name}", torch.allclose(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5))
+
+# FSDP2 on CUDA tensors (all_gather_into_tensor, reduce_scatter_tensor with AVG or PREMUL_SUM on
+# FSDP's own streams) vs FSDP2 on CPU over gloo, same start and data
+from torch.distributed.device_mesh import DeviceMesh  # noqa: E402
+
+try:
+    from torch.distributed.fsdp import fully_shard
+except ImportError:
+    from torch.distributed._composable.fsdp import fully_shard
+
+torch.manual_seed(0)
+base = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+sharded = {}
+for name, d, group in (("cuda", dev, dist.group.WORLD), ("cpu", torch.device("cpu"), gloo)):
+    model = copy.deepcopy(base).to(d)
+    mesh = DeviceMesh.from_group(group, d.type)
+    fully_shard(model[0], mesh=mesh)
+    fully_shard(model[2], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(5):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x.to(d)), y.to(d)).backward()
+        opt.step()
+    sharded[name] = [p.full_tensor().detach().cpu() for p in model.parameters()]
+diff = max((a - b).abs().max().item() for a, b in zip(sharded["cuda"], sharded["cpu"]))
+check("FSDP2 on CUDA matches CPU gloo", all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+                                          for a, b in zip(sharded["cuda"], sharded["cpu"])), f"max |diff| {diff}")
 
 dist.destroy_process_group()
 done()
