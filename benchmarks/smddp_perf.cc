@@ -248,7 +248,7 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
       // topology, which SMDDP_DEBUG=TRACE logs per collective.
       const char* algo = !a.algo.empty()             ? a.algo.c_str()
                          : std::getenv("SMDDP_NODE_ID") ? "per-topology"
-                                                        : algorithms::select(kind, bytes, world).name;
+                                                        : algorithms::select(kind, bytes, world, {}, nullptr, a.cuda).name;
       std::printf(" %12zu %12zu %6s %6s %6d %12.3f %10.3f %10.3f %7ld  %-12s %.0f\n", bytes, s.count,
                   to_string(a.dtype), a.coll == "allreduce" || a.coll == "reduce_scatter" ? to_string(a.op) : "none",
                   a.coll == "broadcast" ? 0 : -1, t_max, algbw, algbw * s.bus_factor, wrong, algo, c2c);

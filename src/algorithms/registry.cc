@@ -125,7 +125,7 @@ const std::vector<const Algorithm*>& env_overrides() {
 }
 
 const Algorithm& select(CollKind kind, size_t bytes, int world_size, const std::vector<const Algorithm*>& overrides,
-                        const topology::Topology* topo) {
+                        const topology::Topology* topo, bool device_memory) {
   const Scope scope = topo && topo->num_nodes() > 1 ? Scope::nodes : Scope::node;
   for (const Algorithm* a : overrides)
     if (a->kind == kind && a->scope == scope) return *a;
@@ -141,6 +141,15 @@ const Algorithm& select(CollKind kind, size_t bytes, int world_size, const std::
     }
     if (even && (kind == CollKind::allgather || kind == CollKind::reduce_scatter)) return find(kind, "hier");
     return find(kind, "net_direct");
+  }
+  if (device_memory && (kind == CollKind::allreduce || kind == CollKind::allgather ||
+                        kind == CollKind::reduce_scatter)) {
+    // GPU buffers: the staged algorithms move every byte through host memory (over PCIe, and
+    // reduce on the CPU); the window algorithms read the peers' buffers through CUDA IPC, one
+    // copy on the copy engines or one kernel. Below the limit the staged ones' fewer
+    // synchronisations win (measured on an H100, docs/gpu.md); alone, a rank only copies.
+    static const size_t window_min = static_cast<size_t>(config::get_int("SMDDP_CUDA_WINDOW_MIN"));
+    if (world_size == 1 || bytes >= window_min) return find(kind, "window");
   }
   if (kind == CollKind::allreduce) {
     // One round trip through shared memory wins while every rank reducing every input is cheaper

@@ -323,7 +323,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     }
     if (empty) return;
     const auto& algo = algorithms::select(args.kind, args.count * blocks * dtype_size(args.dtype), size_, overrides_,
-                                          multi_node_ ? &topo_ : nullptr);
+                                          multi_node_ ? &topo_ : nullptr, args.memory.kind == Memory::Kind::cuda);
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo.name
                             << " count " << args.count << ' ' << to_string(args.dtype);
     if (staged) {

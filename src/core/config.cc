@@ -16,6 +16,7 @@ const std::vector<Param>& params() {
       {"SMDDP_ALGO", "", "Force algorithms, e.g. 'allreduce:one_shot,allgather:direct'."},
       {"SMDDP_SHM_CHUNK", "auto", "Bytes each rank stages per pipeline step in shared memory; auto: 256k, or 1m when the node's ranks outnumber its cores (fewer rounds, each a wait for a rank that may not be running)."},
       {"SMDDP_SHM_FIFO", "256k", "Bytes of each point-to-point shared-memory FIFO (one per ordered rank pair)."},
+      {"SMDDP_CUDA_WINDOW_MIN", "1M", "Smallest allreduce, allgather or reduce_scatter on GPU memory (bytes, all ranks' data) read from the peers' buffers through CUDA IPC instead of staged through shared memory."},
       {"SMDDP_ONE_SHOT_MAX", "32k", "Largest allreduce (bytes) sent by the one-shot algorithm when not forced."},
       {"SMDDP_HIER_SLICE", "4m", "Bytes of the message per pipelined slice of the hierarchical algorithms across nodes."},
       {"SMDDP_HIER_SMALL_MAX", "64k", "Largest allreduce (bytes) across nodes sent by the two-round hier_small algorithm when not forced."},
