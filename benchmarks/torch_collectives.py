@@ -235,7 +235,8 @@ def driver(args):
     rows = []
     me = os.path.abspath(__file__)
     common = ["--worker", "--device", args.device, "--ops", args.ops, "--smallest", args.min, "--largest", args.max,
-              "--factor", str(args.factor), "--iters", str(args.iters), "--warmup", str(args.warmup), "--step-width", str(args.step_width)]
+              "--factor", str(args.factor), "--iters", str(args.iters), "--warmup", str(args.warmup),
+              "--step-width", str(args.step_width)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     # Modes outside, backends inside: the backends of one mode run back to back, so a change in
     # the machine's background load shows in every backend of that table alike.
@@ -246,7 +247,7 @@ def driver(args):
             try:
                 rows += run_backend(backend, mode, me, common, env, args)
             except SystemExit as e:
-                if backend == "smddp":
+                if backend == "smddp" or not args.peers_may_fail:
                     raise
                 # A peer that cannot run here (NCCL with two ranks on one GPU refuses: "Duplicate
                 # GPU detected") is reported in the table instead of ending smddp's numbers.
@@ -417,6 +418,8 @@ def main():
                          "process per core)")
     ap.add_argument("--mode", default="1", help=argparse.SUPPRESS)
     ap.add_argument("--omp-unset", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--peers-may-fail", action="store_true",
+                    help="a peer backend that fails is listed as not measured instead of ending the run")
     ap.add_argument("--from-csv", action="store_true", help="rewrite the table and plots from <out>/results.csv")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)

@@ -12,7 +12,12 @@
 namespace smddp::algorithms {
 namespace {
 
-std::string pick(CollKind k, size_t bytes, int world, bool gpu) { return select(k, bytes, world, {}, nullptr, gpu).name; }
+// `bytes` as CommunicatorImpl passes them: one rank's share for allgather, all ranks' input for
+// the others; the tests below speak of all ranks' data.
+std::string pick(CollKind k, size_t all_ranks, int world, bool gpu) {
+  const size_t bytes = k == CollKind::allgather ? all_ranks / static_cast<size_t>(world) : all_ranks;
+  return select(k, bytes, world, {}, nullptr, gpu).name;
+}
 
 TEST(Selector, GpuMemoryTakesTheWindowAlgorithmsFromTheLimitUp) {
   const size_t limit = static_cast<size_t>(config::get_int("SMDDP_CUDA_WINDOW_MIN"));
@@ -21,6 +26,8 @@ TEST(Selector, GpuMemoryTakesTheWindowAlgorithmsFromTheLimitUp) {
     EXPECT_EQ(pick(k, limit, 2, true), "window") << to_string(k);
     EXPECT_EQ(pick(k, 256 << 20, 4, true), "window") << to_string(k);
     EXPECT_NE(pick(k, limit - 1, 2, true), "window") << to_string(k);
+    EXPECT_EQ(pick(k, limit, 4, true), "window") << to_string(k) << ": the limit is on all ranks' data";
+    EXPECT_NE(pick(k, limit - 4, 4, true), "window") << to_string(k);
     EXPECT_EQ(pick(k, 8, 1, true), "window") << to_string(k) << ": a rank alone copies on the GPU";
     // Host memory keeps its own rules (the window algorithms over CMA measured slower there).
     EXPECT_NE(pick(k, 256 << 20, 4, false), "window") << to_string(k);
