@@ -244,14 +244,12 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
                         : a.coll == "allgather" ? algorithms::CollKind::allgather
                         : a.coll == "reduce_scatter" ? algorithms::CollKind::reduce_scatter
                         : a.coll == "broadcast" ? algorithms::CollKind::broadcast : algorithms::CollKind::alltoall;
-      // The selector's choice for one node, given what CommunicatorImpl hands it (one rank's
-      // share for allgather); across nodes (SMDDP_NODE_ID differs) it depends on the topology,
-      // which SMDDP_DEBUG=TRACE logs per collective.
-      const size_t selector_bytes = a.coll == "allgather" ? bytes / static_cast<size_t>(world) : bytes;
+      // The selector's choice for one node; across nodes (SMDDP_NODE_ID differs) it depends on the
+      // topology, which SMDDP_DEBUG=TRACE logs per collective.
       const char* algo = !a.algo.empty() ? a.algo.c_str()
                          : std::getenv("SMDDP_NODE_ID")
                              ? "per-topology"
-                             : algorithms::select(kind, selector_bytes, world, {}, nullptr, a.cuda).name;
+                             : algorithms::select(kind, bytes, world, {}, nullptr, a.cuda).name;
       std::printf(" %12zu %12zu %6s %6s %6d %12.3f %10.3f %10.3f %7ld  %-12s %.0f\n", bytes, s.count,
                   to_string(a.dtype), a.coll == "allreduce" || a.coll == "reduce_scatter" ? to_string(a.op) : "none",
                   a.coll == "broadcast" ? 0 : -1, t_max, algbw, algbw * s.bus_factor, wrong, algo, c2c);

@@ -148,11 +148,8 @@ const Algorithm& select(CollKind kind, size_t bytes, int world_size, const std::
     // reduce on the CPU); the window algorithms read the peers' buffers through CUDA IPC, one
     // copy on the copy engines or one kernel. Below the limit the staged ones' fewer
     // synchronisations win (measured on an H100, docs/gpu.md); alone, a rank only copies.
-    // `bytes` is one rank's share for allgather (all ranks' input for the other two): the limit
-    // is on all ranks' data.
     static const size_t window_min = static_cast<size_t>(config::get_int("SMDDP_CUDA_WINDOW_MIN"));
-    const size_t all_ranks = kind == CollKind::allgather ? bytes * static_cast<size_t>(world_size) : bytes;
-    if (world_size == 1 || all_ranks >= window_min) return find(kind, "window");
+    if (world_size == 1 || bytes >= window_min) return find(kind, "window");
   }
   if (kind == CollKind::allreduce) {
     // One round trip through shared memory wins while every rank reducing every input is cheaper

@@ -17,12 +17,11 @@ const Algorithm& find(CollKind kind, const std::string& name);
 std::vector<const Algorithm*> parse_overrides(const std::string& spec);
 // The parsed SMDDP_ALGO overrides (validated on first use).
 const std::vector<const Algorithm*>& env_overrides();
-// `overrides` first, then SMDDP_ALGO, then the size/topology rules. `bytes`: the collective's
-// count in bytes (CommunicatorImpl passes all ranks' input for reduce_scatter, one rank's share
-// for allgather). `topo` is null inside one node; across nodes only algorithms of Scope::nodes
-// qualify (an override that does not fit the topology is ignored there). `device_memory`: the
-// buffers are a GPU's (inside a node the single-copy window algorithms then win from
-// SMDDP_CUDA_WINDOW_MIN up; docs/gpu.md).
+// `overrides` first, then SMDDP_ALGO, then the size/topology rules. `bytes`: all ranks' data
+// (reduce_scatter's input, allgather's output, allreduce's buffer). `topo` is null inside one
+// node; across nodes only algorithms of Scope::nodes qualify (an override that does not fit the
+// topology is ignored there). `device_memory`: the buffers are a GPU's (inside a node the
+// single-copy window algorithms then win from SMDDP_CUDA_WINDOW_MIN up; docs/gpu.md).
 const Algorithm& select(CollKind kind, size_t bytes, int world_size,
                         const std::vector<const Algorithm*>& overrides = {},
                         const topology::Topology* topo = nullptr, bool device_memory = false);

@@ -298,7 +298,10 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   op.deadline = Clock::now() + op.timeout;
   shm_->publish_deadline(op.deadline);
   try {
-    const size_t blocks = args.kind == CollKind::reduce_scatter ? static_cast<size_t>(size_) : 1;
+    // The selector sees all ranks' data: reduce_scatter's input and allgather's output are
+    // `count` per rank.
+    const size_t blocks =
+        args.kind == CollKind::reduce_scatter || args.kind == CollKind::allgather ? static_cast<size_t>(size_) : 1;
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
     const std::function<void()> watch = [&] { watch_remote(op); };
     // CUDA memory across nodes runs on host copies (host_staging.h): the algorithm then sees

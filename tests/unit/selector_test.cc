@@ -12,10 +12,8 @@
 namespace smddp::algorithms {
 namespace {
 
-// `bytes` as CommunicatorImpl passes them: one rank's share for allgather, all ranks' input for
-// the others; the tests below speak of all ranks' data.
-std::string pick(CollKind k, size_t all_ranks, int world, bool gpu) {
-  const size_t bytes = k == CollKind::allgather ? all_ranks / static_cast<size_t>(world) : all_ranks;
+// `bytes`: all ranks' data, as CommunicatorImpl passes them.
+std::string pick(CollKind k, size_t bytes, int world, bool gpu) {
   return select(k, bytes, world, {}, nullptr, gpu).name;
 }
 
