@@ -37,9 +37,26 @@ struct Options {
   // precedence over the environment. Empty: the selector decides.
   std::string algorithms;
   // Run a collective on the calling thread when the engine is idle (no hand-off). Unset: the
-  // SMDDP_INLINE setting. The PyTorch backend turns it off by default: there the engine
-  // thread's wait overlaps with PyTorch's own per-call work, which measured faster.
+  // SMDDP_INLINE setting. The PyTorch backend turns it off, so that async_op=True calls return
+  // at once and overlap; it runs its synchronous calls inline with an InlineScope instead.
+  // Either way, wait() runs a collective that the engine thread has not started yet.
   std::optional<bool> inline_execution;
+};
+
+// While an InlineScope(true) lives on a thread, a collective that thread issues to an idle
+// communicator runs at once on that thread, as with Options::inline_execution = true, whatever
+// the options say. For a caller that waits for the result right away (torch's synchronous
+// collectives): the engine thread's two hand-offs cost more than a small collective itself.
+// Scopes nest; each restores what it found.
+class InlineScope {
+ public:
+  explicit InlineScope(bool enable = true);
+  ~InlineScope();
+  InlineScope(const InlineScope&) = delete;
+  InlineScope& operator=(const InlineScope&) = delete;
+
+ private:
+  bool previous_;
 };
 
 // Handle to one asynchronous operation.

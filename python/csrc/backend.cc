@@ -20,8 +20,10 @@ ProcessGroupSmddp::ProcessGroupSmddp(const c10::intrusive_ptr<::c10d::Store>& st
   smddp::Options o;
   o.timeout = timeout;
   o.name = "torch";
-  // Through torch.distributed the engine thread measured faster than inline execution (8.7 vs
-  // 16.8 us for an 8-byte allreduce at w=2, docs/performance.md); SMDDP_INLINE=1 still forces it.
+  // async_op=True calls go to the engine thread and return at once (DDP overlaps its buckets
+  // with the backward pass; ranks issuing to two groups in different orders must not block each
+  // other); synchronous ones run inline anyway (guarded(), InlineScope). SMDDP_INLINE=1 runs
+  // every call inline when the engine is idle.
   if (!std::getenv("SMDDP_INLINE")) o.inline_execution = false;
   comm_ = std::make_unique<smddp::Communicator>(std::make_shared<C10dStore>(store), rank, size, o);
 }
@@ -125,7 +127,7 @@ Pending ProcessGroupSmddp::allreduce_one(const at::Tensor& t, const Reduction& r
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce(std::vector<at::Tensor>& tensors,
                                                              const ::c10d::AllreduceOptions& opts) {
-  return guarded("allreduce", [&] {
+  return guarded("allreduce", opts, [&] {
     if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse())
       return finish(::c10d::OpType::ALLREDUCE,
                     sparse_allreduce_one(tensors[0], to_reduction(opts.reduceOp, "allreduce")));
@@ -137,7 +139,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce(std::vector<at::Te
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                        const ::c10d::AllreduceCoalescedOptions& opts) {
-  return guarded("allreduce_coalesced", [&] {
+  return guarded("allreduce_coalesced", opts, [&] {
     const Reduction red = to_reduction(opts.reduceOp, "allreduce_coalesced");
     if (tensors.empty()) return finish(::c10d::OpType::ALLREDUCE_COALESCED, Pending{});
     // Same dtype: one flat buffer, one allreduce. Mixed dtypes: one allreduce per tensor.
@@ -179,7 +181,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce_coalesced(std::vec
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce(std::vector<at::Tensor>& tensors,
                                                           const ::c10d::ReduceOptions& opts) {
-  return guarded("reduce", [&] {
+  return guarded("reduce", opts, [&] {
     check_single(tensors, "reduce", getRank());
     const Reduction red = to_reduction(opts.reduceOp, "reduce");
     const at::Tensor& t = tensors[0];
@@ -220,7 +222,7 @@ Pending ProcessGroupSmddp::reduce_scatter_one(const at::Tensor& out, const at::T
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                   std::vector<std::vector<at::Tensor>>& inputs,
                                                                   const ::c10d::ReduceScatterOptions& opts) {
-  return guarded("reduce_scatter", [&] {
+  return guarded("reduce_scatter", opts, [&] {
     check_single(outputs, "reduce_scatter", getRank());
     if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize())
       throw InvalidArgument("smddp: rank " + std::to_string(getRank()) +
@@ -244,7 +246,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce_scatter(std::vector<a
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                         const ::c10d::ReduceScatterOptions& opts) {
-  return guarded("reduce_scatter_tensor", [&] {
+  return guarded("reduce_scatter_tensor", opts, [&] {
     return finish(::c10d::OpType::_REDUCE_SCATTER_BASE,
                   reduce_scatter_one(output, input, to_reduction(opts.reduceOp, "reduce_scatter_tensor"),
                                      "reduce_scatter_tensor"));
@@ -253,7 +255,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::_reduce_scatter_base(at::Ten
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const ::c10d::ReduceScatterOptions& opts) {
-  return guarded("reduce_scatter_tensor_coalesced", [&] {
+  return guarded("reduce_scatter_tensor_coalesced", opts, [&] {
     if (outputs.size() != inputs.size())
       throw InvalidArgument("smddp: reduce_scatter_tensor_coalesced: as many outputs as inputs needed");
     const Reduction red = to_reduction(opts.reduceOp, "reduce_scatter_tensor_coalesced");

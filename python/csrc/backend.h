@@ -91,6 +91,17 @@ class ProcessGroupSmddp final : public ::c10d::Backend {
       TORCH_CHECK(false, e.what());
     }
   }
+  // The same for a collective with options: torch >= 2.7 says in them whether the caller waits
+  // at once (asyncOp false, torch's synchronous calls; 2.6 for some collectives); then the
+  // collective runs on the calling thread when nothing is queued before it (smddp::InlineScope).
+  // An async_op=True call still goes to the engine thread and overlaps with the caller.
+  template <class Opts, class F>
+  c10::intrusive_ptr<::c10d::Work> guarded(const char* coll, const Opts& opts, F&& submit) {
+    bool caller_waits = false;
+    if constexpr (requires { opts.asyncOp; }) caller_waits = !opts.asyncOp;
+    smddp::InlineScope scope(caller_waits);
+    return guarded(coll, std::forward<F>(submit));
+  }
   Pending allreduce_one(const at::Tensor& t, const Reduction& red, const char* coll);
   Pending sparse_allreduce_one(const at::Tensor& t, const Reduction& red);  // backend_sparse.cc
   Pending reduce_scatter_one(const at::Tensor& out, const at::Tensor& flat_in, const Reduction& red, const char* coll);

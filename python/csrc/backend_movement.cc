@@ -27,7 +27,7 @@ void unflatten_into(const at::Tensor& flat, const std::vector<at::Tensor>& outs)
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::broadcast(std::vector<at::Tensor>& tensors,
                                                              const ::c10d::BroadcastOptions& opts) {
-  return guarded("broadcast", [&] {
+  return guarded("broadcast", opts, [&] {
     check_single(tensors, "broadcast", getRank());
     const at::Tensor& t = tensors[0];
     Elems e = movement_elems(t);
@@ -63,8 +63,8 @@ Pending ProcessGroupSmddp::allgather_one(const at::Tensor& out_flat, const at::T
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                              std::vector<at::Tensor>& inputs,
-                                                             const ::c10d::AllgatherOptions&) {
-  return guarded("allgather", [&] {
+                                                             const ::c10d::AllgatherOptions& opts) {
+  return guarded("allgather", opts, [&] {
     check_single(inputs, "allgather", getRank());
     if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize())
       throw InvalidArgument(who(getRank()) + "allgather needs one list of world-size output tensors");
@@ -87,8 +87,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather(std::vector<std::v
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                                   const ::c10d::AllgatherOptions&) {
-  return guarded("all_gather_into_tensor", [&] {
+                                                                   const ::c10d::AllgatherOptions& opts) {
+  return guarded("all_gather_into_tensor", opts, [&] {
     return finish(::c10d::OpType::_ALLGATHER_BASE, allgather_one(output, input, "all_gather_into_tensor"));
   });
 }
@@ -97,7 +97,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_coalesced(std::vec
                                                                        std::vector<at::Tensor>& inputs,
                                                                        const ::c10d::AllgatherOptions& opts) {
   // torch's layout: outputs[r][k] receives rank r's inputs[k] (one list per rank).
-  return guarded("allgather_coalesced", [&] {
+  return guarded("allgather_coalesced", opts, [&] {
     if (static_cast<int>(outputs.size()) != getSize())
       throw InvalidArgument(who(getRank()) + "allgather_coalesced: needs one output list per rank (" +
                             std::to_string(getSize()) + "), got " + std::to_string(outputs.size()));
@@ -133,8 +133,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_coalesced(std::vec
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                                    std::vector<at::Tensor>& inputs,
-                                                                                   const ::c10d::AllgatherOptions&) {
-  return guarded("allgather_into_tensor_coalesced", [&] {
+                                                                                   const ::c10d::AllgatherOptions& opts) {
+  return guarded("allgather_into_tensor_coalesced", opts, [&] {
     if (outputs.size() != inputs.size())
       throw InvalidArgument(who(getRank()) + "allgather_into_tensor_coalesced: as many outputs as inputs needed");
     Pending all;
@@ -147,7 +147,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_into_tensor_coales
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const ::c10d::GatherOptions& opts) {
-  return guarded("gather", [&] {
+  return guarded("gather", opts, [&] {
     check_single(inputs, "gather", getRank());
     check_host_only(inputs[0], "gather", getRank());
     const int root = static_cast<int>(opts.rootRank);
@@ -180,7 +180,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::gather(std::vector<std::vect
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::scatter(std::vector<at::Tensor>& outputs,
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const ::c10d::ScatterOptions& opts) {
-  return guarded("scatter", [&] {
+  return guarded("scatter", opts, [&] {
     check_single(outputs, "scatter", getRank());
     check_host_only(outputs[0], "scatter", getRank());
     const int root = static_cast<int>(opts.rootRank);
@@ -211,8 +211,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::scatter(std::vector<at::Tens
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                  std::vector<int64_t>& output_splits,
                                                                  std::vector<int64_t>& input_splits,
-                                                                 const ::c10d::AllToAllOptions&) {
-  return guarded("all_to_all_single", [&] {
+                                                                 const ::c10d::AllToAllOptions& opts) {
+  return guarded("all_to_all_single", opts, [&] {
     check_host_only(input, "all_to_all_single", getRank());
     check_host_only(output, "all_to_all_single", getRank());
     check_same_type(output, input, "all_to_all_single", getRank());
@@ -259,8 +259,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall_base(at::Tensor& ou
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall(std::vector<at::Tensor>& outputs,
                                                             std::vector<at::Tensor>& inputs,
-                                                            const ::c10d::AllToAllOptions&) {
-  return guarded("all_to_all", [&] {
+                                                            const ::c10d::AllToAllOptions& opts) {
+  return guarded("all_to_all", opts, [&] {
     const auto W = static_cast<size_t>(getSize());
     if (outputs.size() != W || inputs.size() != W)
       throw InvalidArgument(who(getRank()) + "all_to_all needs world-size input and output lists");
@@ -342,7 +342,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recvAnysource(std::vector<at
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::barrier(const ::c10d::BarrierOptions& opts) {
-  return guarded("barrier", [&] {
+  return guarded("barrier", opts, [&] {
     Pending p;
     p.ops.push_back(comm_->barrier(opts.timeout.count() > 0 ? opts.timeout : std::chrono::milliseconds(0)));
     return finish(::c10d::OpType::BARRIER, std::move(p));

@@ -54,7 +54,21 @@ c10::intrusive_ptr<SmddpWork> SmddpWork::start(int rank, ::c10d::OpType type, st
     c10::intrusive_ptr<SmddpWork> self = w;
     op.then([self](std::exception_ptr e) { self->one_done(e); });
   }
+  if (w->devices_.empty()) w->ops_ = std::move(ops);
   return w;
+}
+
+bool SmddpWork::wait(std::chrono::milliseconds timeout) {
+  // With a timeout, c10d's wait must be able to give up: no running a collective here.
+  if (timeout == ::kNoTimeout) {
+    for (auto& op : ops_) {
+      try {
+        op.wait();
+      } catch (...) {  // one_done kept the first error; c10d's wait below throws it
+      }
+    }
+  }
+  return ::c10d::Work::wait(timeout);
 }
 
 void SmddpWork::one_done(std::exception_ptr e) {

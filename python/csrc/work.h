@@ -27,6 +27,12 @@ class SmddpWork final : public ::c10d::Work {
             std::vector<at::Tensor> keep_alive, uint64_t seq);
 
   std::vector<at::Tensor> result() override { return outputs_; }
+  // For a CPU work: first runs, on this thread, each of its collectives that no engine thread
+  // has started yet (smddp::Work::wait), then waits as c10d does. torch's synchronous
+  // collectives wait as soon as they issue, so the engine's two thread hand-offs (most of an
+  // 8-byte allreduce's time through torch here) are skipped, while async_op=True still returns
+  // at once and overlaps. CUDA works keep c10d's wait.
+  bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
   // Made on first request (most callers only wait()), completed at once if the work is done.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override { return seq_; }
@@ -37,6 +43,7 @@ class SmddpWork final : public ::c10d::Work {
  private:
   void one_done(std::exception_ptr e);
 
+  std::vector<smddp::Work> ops_;  // a CPU work's operations, for wait() to run (else empty)
   std::vector<at::Tensor> outputs_;
   std::function<void()> finalize_;
   std::vector<at::Tensor> keep_alive_;

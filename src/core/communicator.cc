@@ -41,10 +41,19 @@ namespace {
 
 }  // namespace
 
+InlineScope::InlineScope(bool enable) : previous_(engine::Engine::inline_on_this_thread()) {
+  engine::Engine::inline_on_this_thread() = enable;
+}
+
+InlineScope::~InlineScope() { engine::Engine::inline_on_this_thread() = previous_; }
+
 bool Work::test() const { return !state_ || state_->done.load(std::memory_order_acquire); }
 
 void Work::wait() const {
   if (!state_) return;
+  // Not started yet and next in line: run it here rather than wake the engine and sleep.
+  if (!state_->done.load(std::memory_order_acquire))
+    if (auto engine = state_->engine.lock()) engine->run_here(state_.get());
   // Short spin first: collectives that ran inline are already done, small ones finish quickly.
   for (int i = 0; i < 200 && !state_->done.load(std::memory_order_acquire); ++i) {
 #if defined(__x86_64__)

@@ -125,7 +125,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw MismatchError(prefix() + "ranks called different collectives: " + describe_disagreement(all, global) +
                         ". Nothing was written to the output buffers; the communicator is aborted");
   });
-  engine_ = std::make_unique<engine::Engine>(options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")));
+  engine_ = std::make_shared<engine::Engine>(options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")));
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
                         << ", transport shm, reduce kernels " << reduce::isa();
 }

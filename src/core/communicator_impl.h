@@ -111,7 +111,7 @@ class CommunicatorImpl {
   uint64_t seq_ = 0;
   uint64_t coll_seq_ = 0;
   std::atomic<bool> failed_{false};
-  std::unique_ptr<engine::Engine> engine_;  // last: its thread must stop before the rest dies
+  std::shared_ptr<engine::Engine> engine_;  // last: its thread must stop before the rest dies
 };
 
 }  // namespace smddp::detail

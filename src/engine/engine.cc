@@ -51,7 +51,13 @@ size_t Engine::pending() const { return pending_.load(); }
 
 void Engine::finish(Task& t, std::exception_ptr e) { t.state->complete(std::move(e)); }
 
+bool& Engine::inline_on_this_thread() {
+  thread_local bool on = false;
+  return on;
+}
+
 void Engine::submit(Task task) {
+  task.state->engine = weak_from_this();  // empty if this engine is not owned by a shared_ptr
   pending_.fetch_add(1);
   std::unique_lock<std::mutex> lk(mu_);
   if (stop_) {
@@ -60,26 +66,46 @@ void Engine::submit(Task task) {
     finish(task, stop_reason_);
     return;
   }
-  if (allow_inline_ && !task.p2p && !busy_ && queue_.empty() && active_p2p_.empty()) {
+  if ((allow_inline_ || inline_on_this_thread()) && !task.p2p && !busy_ && queue_.empty() && active_p2p_.empty()) {
     busy_ = true;
-    lk.unlock();
-    std::exception_ptr err;
-    try {
-      task.run();
-    } catch (...) {
-      err = std::current_exception();
-    }
-    lk.lock();
-    busy_ = false;
-    lk.unlock();
-    pending_.fetch_sub(1);
-    finish(task, err);
-    cv_.notify_all();
+    run_on_caller(std::move(task), lk);
     return;
   }
   queue_.push_back(std::move(task));
   lk.unlock();
   cv_.notify_all();
+}
+
+bool Engine::run_here(const detail::OpState* op) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (stop_ || busy_ || queue_.empty() || !active_p2p_.empty()) return false;
+  if (queue_.front().p2p || queue_.front().state.get() != op) return false;
+  Task t = std::move(queue_.front());
+  queue_.pop_front();
+  busy_ = true;
+  run_on_caller(std::move(t), lk);
+  return true;
+}
+
+void Engine::run_on_caller(Task t, std::unique_lock<std::mutex>& lk) {
+  lk.unlock();
+  std::exception_ptr err;
+  try {
+    t.run();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  // Completed before the next collective may start, as on the engine thread.
+  pending_.fetch_sub(1);
+  finish(t, err);
+  lk.lock();
+  busy_ = false;
+  // Wake the engine thread only when it has something to do (work queued meanwhile) or a
+  // shutdown waits for this collective: waking it for nothing cost two futex calls per inline
+  // collective, and the mutex it then took was contended by the next call.
+  const bool wake = !queue_.empty() || stop_;
+  lk.unlock();
+  if (wake) cv_.notify_all();
 }
 
 void Engine::loop() {
@@ -165,6 +191,10 @@ void Engine::shutdown(std::exception_ptr reason) {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // A collective running on a caller's thread (inline or run_here) still uses the communicator,
+  // which is destroyed next: wait for it (the communicator aborts it first if it must).
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return !busy_; });
 }
 
 }  // namespace smddp::engine

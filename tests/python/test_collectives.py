@@ -17,3 +17,9 @@ def test_every_collective_across_pretend_nodes(smddp_built):
     """4 ranks as 2 nodes x 2: the backend's cross-node path (libfabric between, shm inside)."""
     p = torchrun(os.path.join(WORKERS, "collectives_vs_gloo.py"), 4, timeout=600, env={"SMDDP_TEST_NODES": "2"})
     assert_all_ok(p, 4)
+
+
+def test_sync_calls_finish_on_return_async_calls_do_not_block(smddp_built):
+    """torch's synchronous calls run on the caller's thread; async_op=True still overlaps."""
+    p = torchrun(os.path.join(WORKERS, "call_modes.py"), 2, timeout=300)
+    assert_all_ok(p, 2)

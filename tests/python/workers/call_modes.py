@@ -1,0 +1,76 @@
+"""Where a collective runs: a synchronous call (torch passes asyncOp=False) runs on the calling
+thread and has finished when the call returns; async_op=True returns at once, before a late peer
+arrives, and completes later (the engine thread). Both give the right sums, also interleaved."""
+import time
+
+import torch
+import torch.distributed as dist
+
+import smddp  # noqa: F401  (registers the backend)
+
+from common import checker
+
+check, done = checker()
+dist.init_process_group(backend="smddp")
+rank, world = dist.get_rank(), dist.get_world_size()
+pg = dist.distributed_c10d._get_default_group()
+expect = world * (world + 1) / 2
+
+
+def late_peer():
+    """Everyone but rank 0 arrives 1 s late. Rank 0 waits 0.1 s, so that the engine thread that
+    ran the barrier (torch 2.6 calls it asynchronously) is idle again."""
+    dist.barrier()
+    time.sleep(1.0 if rank != 0 else 0.1)
+
+
+# async_op=True: the call returns before the late peers arrive; wait() then gives the sum.
+late_peer()
+t = torch.full((1000,), float(rank + 1))
+t0 = time.monotonic()
+w = dist.all_reduce(t, async_op=True)
+returned = time.monotonic() - t0
+if rank == 0:
+    check("async all_reduce returns before the late peer arrives", returned < 0.5, f"{returned:.3f} s")
+    check("async all_reduce is not completed before the late peer arrives", not w.is_completed())
+w.wait()
+check("async all_reduce sum", torch.equal(t, torch.full((1000,), expect)), t[:4])
+
+# asyncOp=False where this torch has the field: done when the call returns, on this thread.
+for name in ("AllreduceOptions", "AllgatherOptions", "ReduceScatterOptions"):
+    opts = getattr(torch._C._distributed_c10d, name)()
+    if not hasattr(opts, "asyncOp"):
+        print(f"rank {rank}: this torch's {name} has no asyncOp; its wait() runs it instead", flush=True)
+        continue
+    opts.asyncOp = False
+    for _ in range(3):
+        late_peer()
+        x = torch.full((world * 8,), float(rank + 1))
+        if name == "AllreduceOptions":
+            w = pg.allreduce([x], opts)
+            out, want = x, torch.full((world * 8,), expect)
+        elif name == "AllgatherOptions":
+            out = torch.empty(world * world * 8)
+            w = pg._allgather_base(out, x, opts)
+            want = torch.cat([torch.full((world * 8,), float(r + 1)) for r in range(world)])
+        else:
+            out = torch.empty(8)
+            w = pg._reduce_scatter_base(out, x, opts)
+            want = torch.full((8,), expect)
+        check(f"{name} asyncOp=False: completed when the call returns", w.is_completed())
+        w.wait()
+        check(f"{name} asyncOp=False: result", torch.equal(out, want), out[:4])
+
+# Interleaved: async calls queued on the engine, then synchronous ones that must run after them.
+ts = [torch.full((4096,), float(rank + i)) for i in range(8)]
+works = [dist.all_reduce(x, async_op=True) for x in ts[:4]]
+for x in ts[4:]:
+    dist.all_reduce(x)
+for w in works:
+    w.wait()
+for i, x in enumerate(ts):
+    want = sum(r + i for r in range(world))
+    check(f"interleaved all_reduce {i}", torch.equal(x, torch.full((4096,), float(want))), x[:4])
+
+dist.destroy_process_group()
+done()
