@@ -69,8 +69,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::finish(::c10d::OpType type, 
       for (auto& f : fins) f();
     };
 #ifdef SMDDP_TORCH_CUDA
-  // The copies back into the user's tensors run on the engine thread: on the outputs' GPU, and
-  // landed before the work completes.
+  // The copies back into the user's tensors run on the thread that completes the collective
+  // (the engine's, or the caller's for a synchronous call): on the outputs' GPU, and landed
+  // before the work completes.
   int gpu = -1;
   for (auto& t : p.outputs)
     if (t.defined() && t.device().is_cuda()) gpu = t.device().index();

@@ -428,14 +428,21 @@ Work CommunicatorImpl::collective(CollArgs args) {
   if (args.memory.kind == Memory::Kind::cuda && args.memory.stream)
     args.ready = device::cuda_event_after(args.memory.stream, args.memory.device);
   auto state = std::make_shared<OpState>();
-  std::lock_guard<std::mutex> g(submit_mu_);
-  OpInfo op = make_op(algorithms::to_string(args.kind));
-  op.coll_seq = ++coll_seq_;
-  state->seq = op.seq;
-  engine::Task t;
-  t.state = state;
-  t.run = [this, op, args = std::move(args)]() mutable { run_collective(op, args); };
-  engine_->submit(std::move(t));
+  std::optional<engine::Task> here;
+  {
+    std::lock_guard<std::mutex> g(submit_mu_);
+    OpInfo op = make_op(algorithms::to_string(args.kind));
+    op.coll_seq = ++coll_seq_;
+    state->seq = op.seq;
+    engine::Task t;
+    t.state = state;
+    t.run = [this, op, args = std::move(args)]() mutable { run_collective(op, args); };
+    here = engine_->submit(std::move(t));
+  }
+  // Inline: run it with submit_mu_ released, so that other threads can still issue (they queue
+  // behind it) while it waits for its peers.
+  if (here) engine_->run_claimed(std::move(*here));
+  else engine_->run_nested_through(state.get());  // issued from a callback of this engine's
   return Work(state);
 }
 
@@ -464,7 +471,7 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Ma
       throw;
     }
   };
-  engine_->submit(std::move(t));
+  if (engine_->submit(std::move(t))) throw std::logic_error("smddp: the engine handed back a point-to-point op");
   return Work(state);
 }
 

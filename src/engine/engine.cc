@@ -56,7 +56,54 @@ bool& Engine::inline_on_this_thread() {
   return on;
 }
 
-void Engine::submit(Task task) {
+const Engine*& Engine::holder_on_this_thread() {
+  thread_local const Engine* holder = nullptr;
+  return holder;
+}
+
+namespace {
+// Marks this thread as running (and completing) a collective of `e`, for nested submissions.
+class Holding {
+ public:
+  explicit Holding(const Engine* e) : previous_(Engine::holder_on_this_thread()) {
+    Engine::holder_on_this_thread() = e;
+  }
+  ~Holding() { Engine::holder_on_this_thread() = previous_; }
+  Holding(const Holding&) = delete;
+  Holding& operator=(const Holding&) = delete;
+
+ private:
+  const Engine* previous_;
+};
+}  // namespace
+
+void Engine::run_and_finish(Task& t) {
+  Holding h(this);
+  std::exception_ptr err;
+  try {
+    t.run();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  pending_.fetch_sub(1);
+  finish(t, err);
+}
+
+void Engine::run_nested_through(const detail::OpState* op) {
+  if (holder_on_this_thread() != this) return;
+  for (;;) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (stop_ || queue_.empty() || queue_.front().p2p || p2p_running_ != 0) return;
+    Task t = std::move(queue_.front());
+    queue_.pop_front();
+    lk.unlock();
+    const bool last = t.state.get() == op;
+    run_and_finish(t);
+    if (last) return;
+  }
+}
+
+std::optional<Task> Engine::submit(Task task) {
   task.state->engine = weak_from_this();  // empty if this engine is not owned by a shared_ptr
   pending_.fetch_add(1);
   std::unique_lock<std::mutex> lk(mu_);
@@ -64,41 +111,36 @@ void Engine::submit(Task task) {
     lk.unlock();
     pending_.fetch_sub(1);
     finish(task, stop_reason_);
-    return;
+    return std::nullopt;
   }
-  if ((allow_inline_ || inline_on_this_thread()) && !task.p2p && !busy_ && queue_.empty() && active_p2p_.empty()) {
+  if ((allow_inline_ || inline_on_this_thread()) && !task.p2p && idle_locked()) {
     busy_ = true;
-    run_on_caller(std::move(task), lk);
-    return;
+    return task;
   }
   queue_.push_back(std::move(task));
   lk.unlock();
   cv_.notify_all();
+  return std::nullopt;
 }
+
+bool Engine::idle_locked() const { return !busy_ && queue_.empty() && p2p_running_ == 0; }
 
 bool Engine::run_here(const detail::OpState* op) {
   std::unique_lock<std::mutex> lk(mu_);
-  if (stop_ || busy_ || queue_.empty() || !active_p2p_.empty()) return false;
+  if (stop_ || busy_ || queue_.empty() || p2p_running_ != 0) return false;
   if (queue_.front().p2p || queue_.front().state.get() != op) return false;
   Task t = std::move(queue_.front());
   queue_.pop_front();
   busy_ = true;
-  run_on_caller(std::move(t), lk);
+  lk.unlock();
+  run_claimed(std::move(t));
   return true;
 }
 
-void Engine::run_on_caller(Task t, std::unique_lock<std::mutex>& lk) {
-  lk.unlock();
-  std::exception_ptr err;
-  try {
-    t.run();
-  } catch (...) {
-    err = std::current_exception();
-  }
-  // Completed before the next collective may start, as on the engine thread.
-  pending_.fetch_sub(1);
-  finish(t, err);
-  lk.lock();
+void Engine::run_claimed(Task t) {
+  // Completed (callbacks run) before the next collective may start, as on the engine thread.
+  run_and_finish(t);
+  std::unique_lock<std::mutex> lk(mu_);
   busy_ = false;
   // Wake the engine thread only when it has something to do (work queued meanwhile) or a
   // shutdown waits for this collective: waking it for nothing cost two futex calls per inline
@@ -121,18 +163,12 @@ void Engine::loop() {
       queue_.pop_front();
       if (t.p2p) {
         active_p2p_.push_back(std::move(t));
+        ++p2p_running_;
         continue;
       }
       busy_ = true;
       lk.unlock();
-      std::exception_ptr err;
-      try {
-        t.run();
-      } catch (...) {
-        err = std::current_exception();
-      }
-      pending_.fetch_sub(1);
-      finish(t, err);
+      run_and_finish(t);
       lk.lock();
       busy_ = false;
       continue;
@@ -156,6 +192,10 @@ void Engine::loop() {
       if (done) {
         pending_.fetch_sub(1);
         finish(t, err);
+        {
+          std::lock_guard<std::mutex> g(mu_);
+          --p2p_running_;  // after its callbacks: a collective may start behind it from now on
+        }
         progressed = true;
       } else {
         still.push_back(std::move(t));

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -63,7 +64,19 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  void submit(Task task);
+  // Queues the task; or, when it may run on the calling thread (inline execution, or an
+  // InlineScope, and the engine idle), marks the engine busy and hands it back: the caller then
+  // runs it with run_claimed(), after releasing its own locks.
+  [[nodiscard]] std::optional<Task> submit(Task task);
+  void run_claimed(Task task);
+  // A callback of a collective this thread is running or completing (a DDP comm hook such as
+  // PowerSGD's, waiting on a collective it issued) submitted `op`: nobody else can run it while
+  // this thread holds the engine, so run what is queued up to and including `op`, here, in
+  // order. No-op on any other thread. Stops at a point-to-point op (those need the engine's
+  // polling): a callback must not wait on a collective queued behind a send or recv.
+  void run_nested_through(const detail::OpState* op);
+  // The engine whose collective this thread is running or completing, or null.
+  static const Engine*& holder_on_this_thread();
   // Whether this thread's collectives run inline on an idle engine whatever the engine's own
   // setting (smddp::InlineScope sets it).
   static bool& inline_on_this_thread();
@@ -81,14 +94,18 @@ class Engine : public std::enable_shared_from_this<Engine> {
  private:
   void loop();
   static void finish(Task& t, std::exception_ptr e);
-  // Runs a collective taken off the queue (busy_ set) on the calling thread, then completes it.
-  void run_on_caller(Task t, std::unique_lock<std::mutex>& lk);
+  // Runs a collective on this thread and completes it (its callbacks run here too).
+  void run_and_finish(Task& t);
+  // Nothing runs or waits to: no collective, no queued task, no point-to-point op in flight.
+  bool idle_locked() const;
 
   const bool allow_inline_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
-  std::vector<Task> active_p2p_;  // owned by the engine thread
+  std::vector<Task> active_p2p_;  // the engine thread's; empty while it polls them unlocked
+  size_t p2p_running_ = 0;        // p2p ops taken off the queue, not yet completed: what other
+                                  // threads must check, since active_p2p_ is empty mid-poll
   bool busy_ = false;             // a collective is running (engine thread or a caller's)
   bool stop_ = false;
   std::exception_ptr stop_reason_;

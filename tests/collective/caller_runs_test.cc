@@ -6,6 +6,7 @@
 // races the engine thread for the same queue entry on every call.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -78,13 +79,88 @@ TEST(EngineCallerThread, WaitRunsQueuedCollectivesInIssueOrder) {
       const float want = static_cast<float>(2 * i + 1);
       if (v[0] != want || v[n - 1] != want) rep.fail("allreduce " + std::to_string(i) + " gave " + std::to_string(v[0]));
     }
-    // In flight together, each one adding to the previous one's result: wrong order, wrong sums.
+    // In flight together and waited for last to first: sum, prod, sum of 1 + rank gives 18 only
+    // in issue order (prod first: 8; the sums first: 36).
     for (int i = 0; i < 30; ++i) {
       int64_t x = rank + 1;
       std::vector<Work> works;
-      for (int k = 0; k < 3; ++k) works.push_back(c.allreduce(&x, &x, 1, DataType::i64, ReduceOp::sum));
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::sum})
+        works.push_back(c.allreduce(&x, &x, 1, DataType::i64, op));
       for (int k = 2; k >= 0; --k) works[k].wait();
-      if (x != 12) rep.fail("three allreduces in flight gave " + std::to_string(x) + ", expected 12");
+      if (x != 18) rep.fail("sum, prod, sum in flight gave " + std::to_string(x) + ", expected 18");
+    }
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// A collective issued while a receive is in flight runs after it, also when the caller asks for
+// it to run here: rank 0 receives into v (rank 1 sends 5s, 200 ms late), then at once allreduces
+// v without waiting; in order that is 5 + 1. The engine thread polls the receive without its
+// lock, so "no p2p op running" must not be read from its list of them.
+TEST(EngineCallerThread, ACollectiveDoesNotOvertakeAReceiveInFlight) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator c(store, rank, w, engine_thread_options());
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> v(1024, rank == 0 ? 0.0f : 1.0f);
+      c.barrier().wait();
+      Work received;
+      if (rank == 0) {
+        received = c.recv(v.data(), v.size(), DataType::f32, 1, 7);
+      } else {
+        std::this_thread::sleep_for(200ms);
+        std::vector<float> five(v.size(), 5.0f);
+        c.send(five.data(), five.size(), DataType::f32, 0, 7).wait();
+      }
+      Work sum;
+      {
+        InlineScope scope(round != 1);  // round 1: the engine thread's way
+        sum = c.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum);
+      }
+      sum.wait();
+      received.wait();
+      if (v.front() != 6.0f || v.back() != 6.0f)
+        rep.fail("round " + std::to_string(round) + ": allreduce after a receive in flight gave " +
+                 std::to_string(v.front()) + ", expected 6 (receive, then allreduce)");
+    }
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// A completion callback that issues collectives and waits for one (DDP's PowerSGD hook does this
+// from a future's then()): the thread running the callback holds the engine, so the nested
+// collectives run on it, in issue order (`x`, issued first and not waited for, runs before
+// `second`). Depth 2: `second`'s callback nests again. With the engine thread and inline. (If
+// `first` is already done when then() is called, the callback runs on this thread instead, and
+// the engine thread runs the nested ones: the same results.)
+TEST(EngineCallerThread, ACallbackCanWaitOnACollectiveItIssues) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    for (bool inline_on : {false, true}) {
+      Options o;
+      o.inline_execution = inline_on;
+      Communicator c(store, rank, w, o);
+      for (int round = 0; round < 5; ++round) {
+        int64_t a = rank + 1, b = 10 * (rank + 1), d = 100 * (rank + 1), x = rank + 1;
+        std::atomic<bool> inner_done{false};
+        Work xw;
+        Work first = c.allreduce(&a, &a, 1, DataType::i64, ReduceOp::sum);
+        first.then([&](std::exception_ptr e) {
+          if (e) return;
+          xw = c.allreduce(&x, &x, 1, DataType::i64, ReduceOp::prod);
+          Work second = c.allreduce(&b, &b, 1, DataType::i64, ReduceOp::sum);
+          second.then([&](std::exception_ptr e2) {
+            if (e2) return;
+            c.allreduce(&d, &d, 1, DataType::i64, ReduceOp::sum).wait();
+            inner_done = true;
+          });
+          second.wait();
+        });
+        first.wait();  // returns after first's callbacks: the whole chain
+        xw.wait();
+        const std::string mode = inline_on ? "inline" : "engine thread";
+        if (a != 3 || b != 30 || d != 300 || x != 2 || !inner_done)
+          rep.fail(mode + ": nested collectives gave a=" + std::to_string(a) + " b=" + std::to_string(b) +
+                   " d=" + std::to_string(d) + " x=" + std::to_string(x));
+      }
     }
   });
   ASSERT_TRUE(res.ok()) << res.summary();

@@ -10,7 +10,7 @@ SCRIPT = os.path.join(WORKERS, "train_compare.py")
 TORCH = tuple(int(x) for x in torch.__version__.split(".")[:2])
 
 
-@pytest.mark.parametrize("mode", ["ddp_toy", "ddp_cnn", "ddp_hook", "ddp_join", "fsdp1"])
+@pytest.mark.parametrize("mode", ["ddp_toy", "ddp_cnn", "ddp_hook", "ddp_powersgd", "ddp_join", "fsdp1"])
 def test_training_matches_gloo(smddp_built, mode):
     assert_all_ok(torchrun(SCRIPT, 2, mode), 2)
 

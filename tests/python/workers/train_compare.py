@@ -107,6 +107,22 @@ if mode in ("ddp_toy", "ddp_hook", "ddp_join"):
     dist.all_gather(allp, flat)
     check(f"{mode}: ranks agree", all(torch.equal(allp[0], x) for x in allp))
 
+elif mode == "ddp_powersgd":
+    # PowerSGD's hook waits, inside a future's callback, on an all_reduce it issues there
+    # (compute_qs): that callback runs on the thread that completed the first all_reduce, which
+    # must then run the nested one itself (it hung before). Same hook over gloo beside it.
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
+    base = ToyModel()
+    init_params = [p.detach().clone() for p in base.parameters()]
+    m1, m2 = DDP(copy.deepcopy(base)), DDP(copy.deepcopy(base), process_group=gloo)
+    for m, group in ((m1, None), (m2, gloo)):
+        state = powerSGD.PowerSGDState(process_group=group, matrix_approximation_rank=1, start_powerSGD_iter=2)
+        m.register_comm_hook(state, powerSGD.powerSGD_hook)
+    train(m1, batches(8, (10,)), nn.MSELoss())
+    train(m2, batches(8, (10,)), nn.MSELoss())
+    compare([p.detach() for p in m1.parameters()], [p.detach() for p in m2.parameters()], mode,
+            rtol=1e-3, atol=1e-4)
+
 elif mode == "ddp_cnn":
     base = SmallCNN()
     init_params = [p.detach().clone() for p in base.parameters()]
