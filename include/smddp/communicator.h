@@ -75,10 +75,11 @@ class Work {
   // For a receive from any source: the rank the message comes from, once known (else -1).
   int source() const;
   // Calls `callback` once the operation finishes, with its error (null on success): on the
-  // thread that completes it, or at once on this thread if it already finished. A callback may
-  // issue collectives on the same communicator and wait for them (they run on its thread, after
-  // what was queued before them: DDP's PowerSGD hook does this); it must not block on
+  // thread that completes it, or at once on this thread if it already finished. A collective's
+  // callback may wait for collectives of the same communicator issued before it ends (they run
+  // on its thread, in issue order: DDP's PowerSGD hook does this); it must not block on
   // point-to-point work, on a collective queued behind some, or on another thread's progress.
+  // A point-to-point op's callback must not block on any smddp work.
   void then(std::function<void(std::exception_ptr)> callback) const;
 
  private:

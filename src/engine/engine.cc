@@ -93,7 +93,22 @@ void Engine::run_nested_through(const detail::OpState* op) {
   if (holder_on_this_thread() != this) return;
   for (;;) {
     std::unique_lock<std::mutex> lk(mu_);
-    if (stop_ || queue_.empty() || queue_.front().p2p || p2p_running_ != 0) return;
+    // Done already (an inner nested frame ran it), or not queued: nothing more to run for it.
+    if (queue_.empty() || queue_.front().state->seq > op->seq) return;
+    if (stop_) {
+      // Shutting down: the engine thread may be this very thread (inside a callback), so it
+      // cannot fail these later; fail them here, so that the caller's wait ends.
+      Task t = std::move(queue_.front());
+      queue_.pop_front();
+      std::exception_ptr reason = stop_reason_;
+      lk.unlock();
+      pending_.fetch_sub(1);
+      const bool last = t.state.get() == op;
+      finish(t, reason);
+      if (last) return;
+      continue;
+    }
+    if (queue_.front().p2p || p2p_running_ != 0) return;
     Task t = std::move(queue_.front());
     queue_.pop_front();
     lk.unlock();
@@ -233,6 +248,8 @@ void Engine::shutdown(std::exception_ptr reason) {
   if (thread_.joinable()) thread_.join();
   // A collective running on a caller's thread (inline or run_here) still uses the communicator,
   // which is destroyed next: wait for it (the communicator aborts it first if it must).
+  // (Unless this thread is the one running it: shut down from its own callback.)
+  if (holder_on_this_thread() == this) return;
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait(lk, [&] { return !busy_; });
 }

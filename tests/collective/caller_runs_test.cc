@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collective/harness.h"
+#include "engine/engine.h"
 
 namespace smddp::testing {
 namespace {
@@ -164,6 +165,85 @@ TEST(EngineCallerThread, ACallbackCanWaitOnACollectiveItIssues) {
     }
   });
   ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// The same at the engine's level, deterministically: a collective claimed inline, whose callback
+// (on this thread, the holder) issues one collective and waits, through Work::wait, for it and
+// for one queued before the callback ran. Both run here, in issue order; nothing else does.
+TEST(EngineCallerThread, TheHolderRunsNestedWorkHereInOrder) {
+  auto engine = std::make_shared<engine::Engine>(/*allow_inline=*/true);
+  std::vector<int> ran;
+  std::vector<std::thread::id> where;
+  uint64_t next_seq = 0;
+  auto task = [&](int id) {
+    engine::Task t;
+    t.state = std::make_shared<detail::OpState>();
+    t.state->seq = ++next_seq;
+    t.run = [&, id] {
+      ran.push_back(id);
+      where.push_back(std::this_thread::get_id());
+    };
+    return t;
+  };
+  engine::Task first = task(1);
+  engine::Task earlier = task(2);
+  auto earlier_state = earlier.state;
+  std::shared_ptr<detail::OpState> nested_state;
+  first.state->on_complete([&](std::exception_ptr) {
+    (void)engine->submit(std::move(earlier));  // queued: this thread holds the engine
+    engine::Task nested = task(3);
+    nested_state = nested.state;
+    if (engine->submit(std::move(nested))) ADD_FAILURE() << "a nested collective was claimed inline";
+    Work(nested_state).wait();  // runs 2, then 3, here
+    Work(earlier_state).wait();
+  });
+  auto claimed = engine->submit(std::move(first));
+  ASSERT_TRUE(claimed.has_value()) << "an idle engine with inline execution did not hand the task back";
+  engine->run_claimed(std::move(*claimed));
+  EXPECT_EQ(ran, (std::vector<int>{1, 2, 3}));
+  for (auto& id : where) EXPECT_EQ(id, std::this_thread::get_id());
+  EXPECT_EQ(engine->pending(), 0u);
+}
+
+// A shutdown that comes while the engine thread itself sits in a callback waiting on nested work
+// (the communicator destroyed meanwhile): the engine thread cannot fail its queue then, so the
+// waiter fails the nested work itself instead of waiting forever.
+TEST(EngineCallerThread, ShutdownFailsNestedWorkTheEngineThreadWaitsOn) {
+  auto engine = std::make_shared<engine::Engine>(/*allow_inline=*/false);
+  std::atomic<bool> in_callback{false}, failed{false};
+  engine::Task first;
+  first.state = std::make_shared<detail::OpState>();
+  first.state->seq = 1;
+  first.run = [] {};
+  first.state->on_complete([&](std::exception_ptr) {
+    engine::Task nested;
+    nested.state = std::make_shared<detail::OpState>();
+    nested.state->seq = 2;
+    nested.run = [] {};
+    auto nested_state = nested.state;
+    (void)engine->submit(std::move(nested));  // queued: this thread holds the engine
+    in_callback = true;
+    // Until the shutdown has begun: a task submitted after it fails at once.
+    for (uint64_t seq = 3; seq < 100000; ++seq) {
+      engine::Task probe;
+      probe.state = std::make_shared<detail::OpState>();
+      probe.state->seq = seq;
+      probe.run = [] {};
+      auto probe_state = probe.state;
+      (void)engine->submit(std::move(probe));
+      if (probe_state->done) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    try {
+      Work(nested_state).wait();
+    } catch (const Error&) {
+      failed = true;
+    }
+  });
+  (void)engine->submit(std::move(first));
+  while (!in_callback) std::this_thread::yield();
+  engine->shutdown(nullptr);  // sets stop_, then joins the engine thread, which is in the callback
+  EXPECT_TRUE(failed) << "the nested work was not failed by the shutdown";
 }
 
 }  // namespace
