@@ -95,25 +95,21 @@ void Engine::run_nested_through(const detail::OpState* op) {
     std::unique_lock<std::mutex> lk(mu_);
     // Done already (an inner nested frame ran it), or not queued: nothing more to run for it.
     if (queue_.empty() || queue_.front().state->seq > op->seq) return;
-    if (stop_) {
-      // Shutting down: the engine thread may be this very thread (inside a callback), so it
-      // cannot fail these later; fail them here, so that the caller's wait ends.
-      Task t = std::move(queue_.front());
-      queue_.pop_front();
-      std::exception_ptr reason = stop_reason_;
-      lk.unlock();
-      pending_.fetch_sub(1);
-      const bool last = t.state.get() == op;
-      finish(t, reason);
-      if (last) return;
-      continue;
-    }
-    if (queue_.front().p2p || p2p_running_ != 0) return;
+    // Shutting down: the engine thread may be this very thread (inside a callback), so it
+    // cannot fail these later; fail them here, so that the caller's wait ends.
+    const bool failing = stop_;
+    if (!failing && (queue_.front().p2p || p2p_running_ != 0)) return;
     Task t = std::move(queue_.front());
     queue_.pop_front();
+    std::exception_ptr reason = stop_reason_;
     lk.unlock();
     const bool last = t.state.get() == op;
-    run_and_finish(t);
+    if (failing) {
+      pending_.fetch_sub(1);
+      finish(t, reason);
+    } else {
+      run_and_finish(t);
+    }
     if (last) return;
   }
 }
