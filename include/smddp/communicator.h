@@ -75,11 +75,15 @@ class Work {
   // For a receive from any source: the rank the message comes from, once known (else -1).
   int source() const;
   // Calls `callback` once the operation finishes, with its error (null on success): on the
-  // thread that completes it, or at once on this thread if it already finished. A collective's
-  // callback may wait for collectives of the same communicator issued before it ends (they run
-  // on its thread, in issue order: DDP's PowerSGD hook does this); it must not block on
-  // point-to-point work, on a collective queued behind some, or on another thread's progress.
-  // A point-to-point op's callback must not block on any smddp work.
+  // thread that completes it, or at once on this thread if it already finished (then what it
+  // throws reaches this caller). A collective's callback may wait for collectives of the same
+  // communicator issued before it ends (they run on its thread, in issue order: DDP's PowerSGD
+  // hook does this), also through another communicator's callback on the same thread. Waiting
+  // there on point-to-point work, or on a collective queued behind some, raises Error (that
+  // work moves only after the callback returns), as does a point-to-point op's callback waiting
+  // on this communicator's unfinished work. A callback must not block on another thread's
+  // progress. A callback that throws does not stop the others; if the operation succeeded,
+  // wait() then throws an Error carrying the callback's message.
   void then(std::function<void(std::exception_ptr)> callback) const;
 
  private:

@@ -64,7 +64,10 @@ bool SmddpWork::wait(std::chrono::milliseconds timeout) {
     for (auto& op : ops_) {
       try {
         op.wait();
-      } catch (...) {  // one_done kept the first error; c10d's wait below throws it
+      } catch (...) {
+        // A failed op: one_done kept the first error, and c10d's wait below throws it. An op
+        // not finished: a wait that could never end (smddp::Engine::check_wait_can_end).
+        if (!op.test()) throw;
       }
     }
   }

@@ -53,9 +53,13 @@ void Work::wait() const {
   if (!state_) return;
   // Not started yet and next in line: run it here rather than wake the engine and sleep.
   // (A callback of a collective this thread is completing: run what is queued up to it here.)
+  // (Inside such a callback, work that only the engine thread can progress: a clear error.)
   if (!state_->done.load(std::memory_order_acquire))
     if (auto engine = state_->engine.lock())
-      if (!engine->run_here(state_.get())) engine->run_nested_through(state_.get());
+      if (!engine->run_here(state_.get())) {
+        engine->run_nested_through(state_.get());
+        engine->check_wait_can_end(*state_);
+      }
   // Short spin first: collectives that ran inline are already done, small ones finish quickly.
   for (int i = 0; i < 200 && !state_->done.load(std::memory_order_acquire); ++i) {
 #if defined(__x86_64__)

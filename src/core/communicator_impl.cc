@@ -434,6 +434,8 @@ Work CommunicatorImpl::collective(CollArgs args) {
     OpInfo op = make_op(algorithms::to_string(args.kind));
     op.coll_seq = ++coll_seq_;
     state->seq = op.seq;
+    state->name = op.name;
+    state->rank = rank_;
     engine::Task t;
     t.state = state;
     t.run = [this, op, args = std::move(args)]() mutable { run_collective(op, args); };
@@ -454,6 +456,8 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Ma
   std::lock_guard<std::mutex> g(submit_mu_);
   OpInfo op = make_op(name, peer);
   state->seq = op.seq;
+  state->name = op.name;
+  state->rank = rank_;
   engine::Task t;
   t.state = state;
   t.p2p = true;

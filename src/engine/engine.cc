@@ -4,9 +4,26 @@
 
 #include <chrono>
 
+#include "core/logging.h"
 #include "smddp/errors.h"
 
 namespace smddp::detail {
+
+std::string OpState::describe() const {
+  return std::string(name) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank);
+}
+
+namespace {
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+}  // namespace
 
 void OpState::complete(std::exception_ptr e) {
   std::vector<std::function<void(std::exception_ptr)>> cbs;
@@ -18,7 +35,22 @@ void OpState::complete(std::exception_ptr e) {
     callbacks.clear();
   }
   // Callbacks run before waiters wake: a waiter may rely on what they did (copies, futures).
-  for (auto& cb : cbs) cb(error);
+  // One that throws must not skip `done` (its waiters would wait forever) nor escape into the
+  // engine thread (std::terminate): the waiters get the error instead.
+  std::exception_ptr callback_error;
+  for (auto& cb : cbs) {
+    try {
+      cb(error);
+    } catch (...) {
+      if (!callback_error) callback_error = std::current_exception();
+    }
+  }
+  if (callback_error) {
+    const std::string msg = "smddp: " + describe() + ": a completion callback (Work::then) threw: " +
+                            what_of(callback_error);
+    SMDDP_LOG(WARN, rank) << msg;
+    if (!error) error = std::make_exception_ptr(Error(msg));  // no reader until `done` is set
+  }
   {
     std::lock_guard<std::mutex> g(mu);
     done.store(true, std::memory_order_release);
@@ -56,26 +88,37 @@ bool& Engine::inline_on_this_thread() {
   return on;
 }
 
-const Engine*& Engine::holder_on_this_thread() {
-  thread_local const Engine* holder = nullptr;
-  return holder;
+namespace {
+// The engines whose operations this thread is running or completing, innermost last.
+std::vector<const Engine*>& held_on_this_thread() {
+  thread_local std::vector<const Engine*> held;
+  return held;
 }
 
-namespace {
-// Marks this thread as running (and completing) a collective of `e`, for nested submissions.
+// Marks this thread as running (and completing) an operation of `e`, for nested submissions.
 class Holding {
  public:
-  explicit Holding(const Engine* e) : previous_(Engine::holder_on_this_thread()) {
-    Engine::holder_on_this_thread() = e;
-  }
-  ~Holding() { Engine::holder_on_this_thread() = previous_; }
+  explicit Holding(const Engine* e) { held_on_this_thread().push_back(e); }
+  ~Holding() { held_on_this_thread().pop_back(); }
   Holding(const Holding&) = delete;
   Holding& operator=(const Holding&) = delete;
-
- private:
-  const Engine* previous_;
 };
 }  // namespace
+
+bool Engine::held_by_this_thread() const {
+  for (const Engine* e : held_on_this_thread())
+    if (e == this) return true;
+  return false;
+}
+
+void Engine::check_wait_can_end(const detail::OpState& op) const {
+  if (op.done.load(std::memory_order_acquire) || !held_by_this_thread()) return;
+  throw Error("smddp: " + op.describe() +
+              " was waited for inside a completion callback (Work::then) of the same communicator, "
+              "and it is point-to-point work or queued behind some: that work progresses only after "
+              "the callback returns, so this wait would never end. Wait for it after the callback, or "
+              "chain it with then()");
+}
 
 void Engine::run_and_finish(Task& t) {
   Holding h(this);
@@ -90,7 +133,7 @@ void Engine::run_and_finish(Task& t) {
 }
 
 void Engine::run_nested_through(const detail::OpState* op) {
-  if (holder_on_this_thread() != this) return;
+  if (!held_by_this_thread()) return;
   for (;;) {
     std::unique_lock<std::mutex> lk(mu_);
     // Done already (an inner nested frame ran it), or not queued: nothing more to run for it.
@@ -202,7 +245,10 @@ void Engine::loop() {
       }
       if (done) {
         pending_.fetch_sub(1);
-        finish(t, err);
+        {
+          Holding h(this);  // its callbacks may wait on this engine's work: see check_wait_can_end
+          finish(t, err);
+        }
         {
           std::lock_guard<std::mutex> g(mu_);
           --p2p_running_;  // after its callbacks: a collective may start behind it from now on
@@ -245,7 +291,7 @@ void Engine::shutdown(std::exception_ptr reason) {
   // A collective running on a caller's thread (inline or run_here) still uses the communicator,
   // which is destroyed next: wait for it (the communicator aborts it first if it must).
   // (Unless this thread is the one running it: shut down from its own callback.)
-  if (holder_on_this_thread() == this) return;
+  if (held_by_this_thread()) return;
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait(lk, [&] { return !busy_; });
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,6 +30,8 @@ namespace smddp::detail {
 // Completion state shared between the engine and Work handles.
 struct OpState {
   uint64_t seq = 0;
+  const char* name = "operation";  // for error messages: "allreduce", "send", ...
+  int rank = -1;
   // The engine that runs the operation, so that a caller who waits for a collective nobody has
   // started yet can run it itself (Engine::run_here). Weak: a Work may outlive its communicator.
   std::weak_ptr<engine::Engine> engine;
@@ -40,9 +43,13 @@ struct OpState {
   std::vector<std::function<void(std::exception_ptr)>> callbacks;  // guarded by mu
   bool completing = false;                                        // guarded by mu
 
+  // Runs the callbacks, then wakes the waiters. A callback that throws does not stop the others;
+  // if the operation itself succeeded, its waiters then get an Error naming the callback's.
   void complete(std::exception_ptr e);
-  // Runs cb when complete (now, if already).
+  // Runs cb when complete (now, if already; what it throws then reaches the caller).
   void on_complete(std::function<void(std::exception_ptr)> cb);
+  // "allreduce #17 on rank 0"
+  std::string describe() const;
 };
 
 }  // namespace smddp::detail
@@ -69,14 +76,21 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // runs it with run_claimed(), after releasing its own locks.
   [[nodiscard]] std::optional<Task> submit(Task task);
   void run_claimed(Task task);
-  // A callback of a collective this thread is running or completing (a DDP comm hook such as
+  // A callback of an operation this thread is running or completing (a DDP comm hook such as
   // PowerSGD's, waiting on a collective it issued) submitted `op`: nobody else can run it while
   // this thread holds the engine, so run what is queued up to and including `op`, here, in
-  // order. No-op on any other thread. Stops at a point-to-point op (those need the engine's
-  // polling): a callback must not wait on a collective queued behind a send or recv.
+  // order. No-op on a thread that does not hold the engine. Stops at a point-to-point op (those
+  // need the engine's polling): a callback must not wait on a collective queued behind a send
+  // or recv.
   void run_nested_through(const detail::OpState* op);
-  // The engine whose collective this thread is running or completing, or null.
-  static const Engine*& holder_on_this_thread();
+  // Whether this thread runs or completes an operation of this engine, at any depth: a callback
+  // of engine A's collective may wait on B's, whose callback waits on A's again.
+  bool held_by_this_thread() const;
+  // For a wait on `op` that neither run_here nor run_nested_through finished: while this thread
+  // holds the engine nothing else can progress `op`, so waiting would never end. Throws an
+  // Error naming `op` then (a callback waiting on point-to-point work, or on a collective queued
+  // behind some); returns otherwise.
+  void check_wait_can_end(const detail::OpState& op) const;
   // Whether this thread's collectives run inline on an idle engine whatever the engine's own
   // setting (smddp::InlineScope sets it).
   static bool& inline_on_this_thread();

@@ -1,0 +1,187 @@
+// Completion callbacks (Work::then) that go wrong: one that throws, and one that waits on work
+// only the engine can progress once the callback returns. Both used to hang their waiters (or
+// end the process: an exception escaping the engine thread is std::terminate); each must now end
+// in an Error naming the operation, with the engine still serving later work. Driven at the
+// engine's level, so that which thread holds the engine is certain rather than timed. Named
+// Engine* so that the TSan step runs them.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "engine/engine.h"
+#include "smddp/communicator.h"
+#include "smddp/errors.h"
+
+namespace smddp::testing {
+namespace {
+
+std::shared_ptr<detail::OpState> new_state(uint64_t seq, const char* name) {
+  auto s = std::make_shared<detail::OpState>();
+  s->seq = seq;
+  s->name = name;
+  s->rank = 0;
+  return s;
+}
+
+engine::Task collective(uint64_t seq, std::function<void()> run = [] {}) {
+  engine::Task t;
+  t.state = new_state(seq, "allreduce");
+  t.run = std::move(run);
+  return t;
+}
+
+// A receive that finishes once `arrived` is set.
+engine::Task receive(uint64_t seq, std::shared_ptr<std::atomic<bool>> arrived) {
+  engine::Task t;
+  t.state = new_state(seq, "recv");
+  t.p2p = true;
+  t.poll = [arrived] { return arrived->load(); };
+  return t;
+}
+
+// Runs `t` the way an engine with or without inline execution would: claimed and run here, or
+// by the engine thread.
+void submit_and_run(engine::Engine& e, engine::Task t) {
+  if (auto claimed = e.submit(std::move(t))) e.run_claimed(std::move(*claimed));
+}
+
+// Waits for `s`, returning the Error's message ("" if it succeeded).
+std::string wait_error(const std::shared_ptr<detail::OpState>& s) {
+  try {
+    Work(s).wait();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(EngineCallbacks, OneThatThrowsFailsTheWaitersAndTheRestStillRun) {
+  for (bool inline_on : {false, true}) {
+    SCOPED_TRACE(inline_on ? "inline" : "engine thread");
+    auto engine = std::make_shared<engine::Engine>(inline_on);
+    engine::Task first = collective(1);
+    auto first_state = first.state;
+    std::atomic<bool> second_ran{false};
+    first_state->on_complete([](std::exception_ptr) { throw std::runtime_error("hook failed: boom"); });
+    first_state->on_complete([&](std::exception_ptr e) { second_ran = !e; });
+    submit_and_run(*engine, std::move(first));
+    const std::string err = wait_error(first_state);
+    EXPECT_NE(err.find("allreduce #1 on rank 0"), std::string::npos) << err;
+    EXPECT_NE(err.find("hook failed: boom"), std::string::npos) << err;
+    EXPECT_TRUE(second_ran) << "a callback after the one that threw did not run (or saw an error)";
+    // The engine goes on.
+    engine::Task next = collective(2);
+    auto next_state = next.state;
+    submit_and_run(*engine, std::move(next));
+    EXPECT_EQ(wait_error(next_state), "");
+    EXPECT_EQ(engine->pending(), 0u);
+  }
+}
+
+// What the operation failed with stays its error: a callback that then throws too does not
+// replace it.
+TEST(EngineCallbacks, AnOperationsOwnErrorWinsOverACallbacks) {
+  auto engine = std::make_shared<engine::Engine>(false);
+  engine::Task first = collective(1, [] { throw PeerError("smddp: peer 1 left", 1); });
+  auto first_state = first.state;
+  first_state->on_complete([](std::exception_ptr) { throw std::runtime_error("boom"); });
+  submit_and_run(*engine, std::move(first));
+  EXPECT_THROW(Work(first_state).wait(), PeerError);
+}
+
+// A collective's callback that waits on a receive (which only the engine thread's polling can
+// finish, after the callback returns), or on a collective queued behind that receive.
+TEST(EngineCallbacks, WaitingInsideACallbackOnWorkThatCannotProgressIsAnError) {
+  for (bool on_collective_behind : {false, true}) {
+    for (bool inline_on : {false, true}) {
+      SCOPED_TRACE(std::string(inline_on ? "inline" : "engine thread") +
+                   (on_collective_behind ? ", collective behind a receive" : ", a receive"));
+      auto engine = std::make_shared<engine::Engine>(inline_on);
+      auto arrived = std::make_shared<std::atomic<bool>>(false);
+      std::shared_ptr<detail::OpState> recv_state, behind_state;
+      std::string err;
+      engine::Task first = collective(1);
+      auto first_state = first.state;
+      first_state->on_complete([&](std::exception_ptr) {
+        engine::Task r = receive(2, arrived);
+        recv_state = r.state;
+        (void)engine->submit(std::move(r));
+        if (on_collective_behind) {
+          engine::Task c = collective(3);
+          behind_state = c.state;
+          (void)engine->submit(std::move(c));
+          err = wait_error(behind_state);
+        } else {
+          err = wait_error(recv_state);
+        }
+      });
+      submit_and_run(*engine, std::move(first));
+      EXPECT_EQ(wait_error(first_state), "");
+      const std::string which = on_collective_behind ? "allreduce #3" : "recv #2";
+      EXPECT_NE(err.find(which + " on rank 0 was waited for inside a completion callback"), std::string::npos)
+          << "got: '" << err << "'";
+      // Nothing is lost: once the callback has returned, the receive and what follows finish.
+      arrived->store(true);
+      EXPECT_EQ(wait_error(recv_state), "");
+      if (behind_state) {
+        EXPECT_EQ(wait_error(behind_state), "");
+      }
+      EXPECT_EQ(engine->pending(), 0u);
+    }
+  }
+}
+
+// A receive's callback (on the engine thread, between polls) that waits on a collective issued
+// after the receive: the collective may start only once the receive has completed, which is
+// after this callback.
+TEST(EngineCallbacks, AReceivesCallbackWaitingOnALaterCollectiveIsAnError) {
+  auto engine = std::make_shared<engine::Engine>(false);
+  auto arrived = std::make_shared<std::atomic<bool>>(false);
+  engine::Task r = receive(1, arrived);
+  auto recv_state = r.state;
+  engine::Task later = collective(2);
+  auto later_state = later.state;
+  std::string err;
+  std::atomic<bool> callback_done{false};
+  recv_state->on_complete([&](std::exception_ptr) {
+    err = wait_error(later_state);
+    callback_done = true;
+  });
+  (void)engine->submit(std::move(r));
+  (void)engine->submit(std::move(later));
+  arrived->store(true);
+  EXPECT_EQ(wait_error(later_state), "");
+  EXPECT_TRUE(callback_done);
+  EXPECT_NE(err.find("allreduce #2 on rank 0 was waited for inside a completion callback"), std::string::npos)
+      << "got: '" << err << "'";
+}
+
+// A callback of engine A's collective runs B's collective on this thread (inline), whose
+// callback waits on A's work: this thread holds both, so A's nested work runs here too.
+TEST(EngineCallbacks, NestingAcrossTwoEnginesOnOneThreadRunsHere) {
+  auto a = std::make_shared<engine::Engine>(true);
+  auto b = std::make_shared<engine::Engine>(true);
+  std::vector<std::string> ran;
+  engine::Task a1 = collective(1, [&] { ran.push_back("a1"); });
+  auto a1_state = a1.state;
+  a1_state->on_complete([&](std::exception_ptr) {
+    engine::Task b1 = collective(1, [&] { ran.push_back("b1"); });
+    b1.state->on_complete([&](std::exception_ptr) {
+      engine::Task a2 = collective(2, [&] { ran.push_back("a2"); });
+      auto a2_state = a2.state;
+      if (a->submit(std::move(a2))) ADD_FAILURE() << "a held engine handed nested work back";
+      EXPECT_EQ(wait_error(a2_state), "");
+    });
+    submit_and_run(*b, std::move(b1));
+  });
+  submit_and_run(*a, std::move(a1));
+  EXPECT_EQ(wait_error(a1_state), "");
+  EXPECT_EQ(ran, (std::vector<std::string>{"a1", "b1", "a2"}));
+}
+
+}  // namespace
+}  // namespace smddp::testing
