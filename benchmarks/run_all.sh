@@ -6,6 +6,8 @@
 #    DDP and FSDP training-step times; allreduce again with the cores shared three ways
 # 3. the link ceiling: iperf3 between two namespace hosts, unshaped and capped at 10 Gbit/s
 # 4. smddp-perf across 2 namespace hosts x 2 ranks (libfabric), unshaped and capped
+# 5. every target of #12 and #18 beside today's figure from 2-4 (benchmarks/targets.py):
+#    OUT/targets.md
 # Compare mode (#12's regression guard): this working tree's smddp-perf against a git revision's,
 # in one sitting, alternating (benchmarks/compare_builds.py prints the table):
 #   benchmarks/run_all.sh --compare REVISION [compare_builds.py options, e.g. --rounds 7 --np 2]
@@ -68,3 +70,6 @@ cat "$OUT/iperf3.txt"
 benchmarks/netns_scenario.sh "$OUT/netns_unshaped.md"
 benchmarks/netns_scenario.sh --rate 10gbit "$OUT/netns_10gbit.md"
 benchmarks/netns_scenario.sh --per-host 1 "$OUT/netns_unshaped_1rank.md"
+
+# 5. the targets, from what was just measured
+python3 benchmarks/targets.py "$OUT"

@@ -348,6 +348,15 @@ def mode_tables(rows, mode, backends, lim, args):
     return lines
 
 
+def read_rows(path):
+    """The rows of a results.csv this script wrote, typed as it made them."""
+    with open(path) as f:
+        return [dict(r, world=int(r["world"]), bytes=int(r["bytes"]), time_us=float(r["time_us"]),
+                     algbw=float(r["algbw"]), busbw=float(r["busbw"]), wrong=int(r["wrong"]),
+                     mode=r.get("mode") or "1", cpu_us=float(r.get("cpu_us") or "nan"))
+                for r in csv.DictReader(f)]
+
+
 def write_outputs(rows, args):
     fields = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error", "mode", "cpu_us"]
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
@@ -427,12 +436,7 @@ def main():
     args = ap.parse_args()
     args.failed = []  # peers that could not run (driver)
     if args.from_csv:
-        with open(os.path.join(args.out, "results.csv")) as f:
-            rows = [dict(r, world=int(r["world"]), bytes=int(r["bytes"]), time_us=float(r["time_us"]),
-                         algbw=float(r["algbw"]), busbw=float(r["busbw"]), wrong=int(r["wrong"]),
-                         mode=r.get("mode") or "1", cpu_us=float(r.get("cpu_us") or "nan"))
-                    for r in csv.DictReader(f)]
-        write_outputs(rows, args)
+        write_outputs(read_rows(os.path.join(args.out, "results.csv")), args)
         return
     worker(args) if args.worker else driver(args)
 

@@ -1,0 +1,168 @@
+"""Today's figures against the performance targets of #12 and #18, from what run_all.sh wrote.
+
+    python3 benchmarks/targets.py [DIR]      (default DIR=docs/performance; writes DIR/targets.md)
+
+Reads DIR/torch_np{2,4}/results.csv (smddp beside gloo, Open MPI and the single-core memcpy
+ceiling, with the DDP and FSDP steps), DIR/contention_np{2,4}/results.csv (OMP_NUM_THREADS=1,
+unset, and a busy process per core) and DIR/netns_*.md (smddp-perf across two namespace hosts
+beside iperf3 on the same link). Each target gets its worst point, where it is, how many points
+miss the bar, and whether it is met. An input that is missing, failed or gave wrong results is
+"not measured", never met. Ratios are of times (peer / smddp: above 1, smddp is faster) except
+where the bar says otherwise. Never run as a test of speed: CI only checks the arithmetic.
+"""
+import glob
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_collectives import read_rows  # noqa: E402
+
+WORLDS = (2, 4)
+COLLS = ("allreduce", "allgather", "reduce_scatter")
+LARGE = 8 << 20  # "large messages": from 8 MiB
+
+
+def size_label(n):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def measured(r):
+    return r is not None and r["time_us"] == r["time_us"] and not r.get("error") and r["wrong"] == 0
+
+
+def load(path):
+    return read_rows(path) if os.path.exists(path) else []
+
+
+def index(rows, mode="1"):
+    return {(r["backend"], r["op"], r["bytes"]): r for r in rows if r.get("mode", "1") == mode}
+
+
+class Target:
+    """One bar over a set of points (size, value); `higher` says which side of the bar passes."""
+
+    def __init__(self, issue, what, where, bar, higher=True, unit="x", note=""):
+        self.issue, self.what, self.where, self.bar, self.higher, self.unit = issue, what, where, bar, higher, unit
+        self.points, self.note = [], note
+
+    def add(self, size, value):
+        self.points.append((size, value))
+
+    def fmt(self, v):
+        return f"{100 * v:.0f}%" if self.unit == "%" else f"{v:.2f}{self.unit}"
+
+    def row(self):
+        bar = ("≥ " if self.higher else "≤ ") + self.fmt(self.bar)
+        if not self.points:
+            return [self.issue, self.what, self.where, bar, "not measured" + (f" ({self.note})" if self.note else ""),
+                    "n/a"]
+        worst = (min if self.higher else max)(self.points, key=lambda p: p[1])
+        miss = [p for p in self.points if (p[1] < self.bar if self.higher else p[1] > self.bar)]
+        at = f" at {size_label(worst[0])}" if worst[0] is not None else ""
+        today = f"worst {self.fmt(worst[1])}{at}"
+        if len(self.points) > 1:
+            today += f"; {len(miss)} of {len(self.points)} points miss"
+        return [self.issue, self.what, self.where, bar, today, "no" if miss else "yes"]
+
+
+def one_node_targets(d):
+    out = []
+    for w in WORLDS:
+        rows = load(os.path.join(d, f"torch_np{w}", "results.csv"))
+        by = index(rows)
+        sizes = sorted({r["bytes"] for r in rows if r["backend"] == "smddp" and r["op"] in COLLS})
+        limit = {r["bytes"]: r for r in rows if r["backend"] == "memcpy"}
+        for coll in COLLS:
+            vs_mpi = Target("#12", f"{coll} vs Open MPI (time)", f"w={w}, one node, torch", 1.2,
+                            note="torch's mpi backend has no reduce_scatter" if coll == "reduce_scatter" else "")
+            vs_gloo = Target("#12", f"{coll} vs gloo (time)", f"w={w}, one node, torch", 5.0)
+            vs_copy = Target("#12", f"{coll} busbw / memcpy, ≥ 8 MiB", f"w={w}, one node, torch", 0.8, unit="")
+            for n in sizes:
+                s = by.get(("smddp", coll, n))
+                if not measured(s):
+                    continue
+                for t, peer in ((vs_mpi, "mpi"), (vs_gloo, "gloo")):
+                    o = by.get((peer, coll, n))
+                    if measured(o):
+                        t.add(n, o["time_us"] / s["time_us"])
+                if n >= LARGE and n in limit:
+                    vs_copy.add(n, s["busbw"] / limit[n]["algbw"])
+            out += [vs_mpi, vs_gloo, vs_copy]
+        for step in ("ddp_step", "fsdp_step"):
+            t = Target("#12", f"{step.replace('_step', '').upper()} step, peers' best / smddp",
+                       f"w={w}, one node, torch", 1.0)
+            s = next((r for r in rows if r["backend"] == "smddp" and r["op"] == step), None)
+            peers = [r["time_us"] for r in rows if r["backend"] in ("gloo", "mpi") and r["op"] == step and measured(r)]
+            if measured(s) and peers:
+                t.add(None, min(peers) / s["time_us"])
+            out.append(t)
+    return out
+
+
+NETNS_IPERF = re.compile(r"iperf3 [0-9.]+ Gbit/s \(([0-9.]+) GB/s\)")
+NETNS_RATE = re.compile(r"^\s*([0-9]+) B: ([0-9.]+) GB/s over the link", re.M)
+
+
+def between_hosts_targets(d):
+    out = []
+    for path in sorted(glob.glob(os.path.join(d, "netns_*.md"))):
+        name = os.path.basename(path)[len("netns_"):-len(".md")]
+        t = Target("#12", "allreduce link rate / iperf3, ≥ 1 MiB", f"2 namespace hosts, {name}", 0.8, unit="%")
+        text = open(path).read()
+        m = NETNS_IPERF.search(text)
+        if m and float(m.group(1)) > 0:
+            for size, rate in NETNS_RATE.findall(text):
+                if int(size) >= 1 << 20:
+                    t.add(int(size), float(rate) / float(m.group(1)))
+        out.append(t)
+    return out
+
+
+def contention_targets(d):
+    out = []
+    for w in WORLDS:
+        rows = load(os.path.join(d, f"contention_np{w}", "results.csv"))
+        one, unset, hog = index(rows, "1"), index(rows, "unset"), index(rows, "hog")
+        where = f"w={w}, allreduce, torch"
+        same = Target("#18", "smddp OMP unset / OMP=1 (time)", where, 1.2, higher=False)
+        vs_mpi = Target("#18", "OMP unset: Open MPI / smddp (time)", where, 1.0)
+        hog_loss = Target("#18", "beside a busy core: smddp's slowdown / Open MPI's", where, 1.0, higher=False)
+        for n in sorted({r["bytes"] for r in rows if r["backend"] == "smddp"}):
+            s1, su, sh = (m.get(("smddp", "allreduce", n)) for m in (one, unset, hog))
+            m1, mu, mh = (m.get(("mpi", "allreduce", n)) for m in (one, unset, hog))
+            if measured(s1) and measured(su):
+                same.add(n, su["time_us"] / s1["time_us"])
+            if measured(su) and measured(mu):
+                vs_mpi.add(n, mu["time_us"] / su["time_us"])
+            if all(measured(r) for r in (s1, sh, m1, mh)):
+                hog_loss.add(n, (sh["time_us"] / s1["time_us"]) / (mh["time_us"] / m1["time_us"]))
+        out += [same, vs_mpi, hog_loss]
+    return out
+
+
+def report(d):
+    targets = one_node_targets(d) + between_hosts_targets(d) + contention_targets(d)
+    rows = [t.row() for t in targets]
+    met = sum(r[-1] == "yes" for r in rows)
+    lines = ["# Against the targets (#12, #18)", "",
+             f"Written by `benchmarks/targets.py` from the results beside it ({met} of {len(rows)} met). "
+             "Time ratios are the peer's time over smddp's; \"worst\" is the point furthest from the bar.", "",
+             "| issue | target | where | bar | today | met |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    d = sys.argv[1] if len(sys.argv) > 1 else "docs/performance"
+    text = report(d)
+    with open(os.path.join(d, "targets.md"), "w") as f:
+        f.write(text)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
