@@ -3,7 +3,8 @@
 #   benchmarks/run_all.sh [OUT]      (default OUT=docs/performance)
 # 1. smddp-perf (C++, no torch) at w=2 and w=4: allreduce, allgather, reduce_scatter
 # 2. torch.distributed sweep, smddp vs gloo vs mpi, w=2 and w=4, with the memcpy ceiling, plus
-#    DDP and FSDP training-step times; allreduce again with the cores shared three ways
+#    DDP and FSDP training-step times; allreduce again with the cores shared three ways (each
+#    point the median of 3 runs per backend, alternating)
 # 3. the link ceiling: iperf3 between two namespace hosts, unshaped and capped at 10 Gbit/s
 # 4. smddp-perf across 2 namespace hosts x 2 ranks (libfabric), unshaped and capped
 # 5. every target of #12 and #18 beside today's figure from 2-4 (benchmarks/targets.py):
@@ -48,7 +49,7 @@ echo "smddp-perf done"
 for np in 2 4; do
   tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
     --backends smddp,gloo,mpi --ops allreduce,allgather,reduce_scatter,ddp_step,fsdp_step --min 8 --max 64M \
-    --factor 4 --memcpy --out "$OUT/torch_np$np"
+    --factor 4 --memcpy --rounds 3 --out "$OUT/torch_np$np"
 done
 echo "torch sweeps done"
 
@@ -56,7 +57,7 @@ echo "torch sweeps done"
 for np in 2 4; do
   tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
     --backends smddp,mpi,gloo --ops allreduce --min 8 --max 4M --factor 32 --contention 1,unset,hog \
-    --out "$OUT/contention_np$np"
+    --rounds 3 --out "$OUT/contention_np$np"
 done
 echo "contention sweeps done"
 

@@ -8,7 +8,9 @@ for smddp and gloo, mpirun for torch's mpi backend), checks every result (#wrong
 <out>/results.csv, <out>/results.md and one PNG per collective (busbw and latency vs size, log
 axes). `--memcpy` adds the single-core memcpy bandwidth over the same sizes (the ceiling of a
 shared-memory transport), measured by this script too. Sizes follow nccl-tests: bytes of the
-largest buffer; busbw uses nccl-tests' factors.
+largest buffer; busbw uses nccl-tests' factors. `--rounds N` runs every backend N times, their
+order flipping each round, and reports each point's median: on a small shared machine one run of
+a backend can fall in a slow spell the others missed (docs/performance.md).
 `--device cuda` puts the tensors on the GPUs (rank r on GPU r % count) and syncs the device
 around every timing: run it with `--backends smddp,nccl` on a GPU machine for NCCL beside smddp
 (the *_step ops stay on the CPU).
@@ -25,6 +27,7 @@ import csv
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -238,26 +241,59 @@ def driver(args):
               "--factor", str(args.factor), "--iters", str(args.iters), "--warmup", str(args.warmup),
               "--step-width", str(args.step_width)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    # Modes outside, backends inside: the backends of one mode run back to back, so a change in
-    # the machine's background load shows in every backend of that table alike.
-    for mode in args.contention.split(","):
-        if mode not in ("1", "unset", "hog"):
-            raise SystemExit(f"--contention: unknown mode {mode!r} (known: 1, unset, hog)")
-        for backend in args.backends.split(","):
-            try:
-                rows += run_backend(backend, mode, me, common, env, args)
-            except SystemExit as e:
-                if backend == "smddp" or not args.peers_may_fail:
-                    raise
-                # A peer that cannot run here (NCCL with two ranks on one GPU refuses: "Duplicate
-                # GPU detected") is reported in the table instead of ending smddp's numbers.
-                args.failed.append(f"{backend} (OMP_NUM_THREADS{MODE_TITLE[mode]}): {e}; its stderr is above")
-    if args.memcpy:
-        rows += memcpy_rows(sizes(parse_size(args.min), parse_size(args.max), args.factor), args.iters)
+    failed = set()
+    # Rounds outside, then modes, backends inside: the backends of one mode run back to back, so a
+    # change in the machine's background load shows in every backend of that table alike; with
+    # several rounds the backends' order flips every round and each point is the median.
+    for rnd in range(args.rounds):
+        for mode in args.contention.split(","):
+            if mode not in ("1", "unset", "hog"):
+                raise SystemExit(f"--contention: unknown mode {mode!r} (known: 1, unset, hog)")
+            backends = args.backends.split(",")
+            for backend in backends[::-1] if rnd % 2 else backends:
+                if (backend, mode) in failed:
+                    continue
+                try:
+                    rows += run_backend(backend, mode, me, common, env, args)
+                except SystemExit as e:
+                    if backend == "smddp" or not args.peers_may_fail:
+                        raise
+                    # A peer that cannot run here (NCCL with two ranks on one GPU refuses:
+                    # "Duplicate GPU detected") is reported in the table instead of ending
+                    # smddp's numbers.
+                    failed.add((backend, mode))
+                    args.failed.append(f"{backend} (OMP_NUM_THREADS{MODE_TITLE[mode]}): {e}; its stderr is above")
+        if args.memcpy:
+            rows += memcpy_rows(sizes(parse_size(args.min), parse_size(args.max), args.factor), args.iters)
+    if args.rounds > 1:
+        rows = median_rows(rows)
     write_outputs(rows, args)
     bad = [r for r in rows if r["wrong"]]
     if bad:
         raise SystemExit(f"{len(bad)} results had wrong elements: {bad[:3]}")
+
+
+def median_rows(rows):
+    """One row per point: the median time over the rounds (bandwidths follow it), the median CPU
+    time, every round's wrong elements added up and their errors kept."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["backend"], r["op"], r["world"], r["bytes"], r.get("mode", "1")), []).append(r)
+    out = []
+    for rs in groups.values():
+        ok = [r for r in rs if r["time_us"] == r["time_us"]]
+        m = dict(ok[0] if ok else rs[0])
+        m["wrong"] = sum(r["wrong"] for r in rs)
+        m["error"] = "; ".join(sorted({r["error"] for r in rs if r.get("error")}))
+        if ok:
+            t = statistics.median(r["time_us"] for r in ok)
+            scale = ok[0]["time_us"] / t
+            m.update(time_us=t, algbw=ok[0]["algbw"] * scale, busbw=ok[0]["busbw"] * scale)
+            cpus = [r.get("cpu_us", float("nan")) for r in ok]
+            cpus = [c for c in cpus if c == c]
+            m["cpu_us"] = statistics.median(cpus) if cpus else float("nan")
+        out.append(m)
+    return out
 
 
 def start_hogs():
@@ -367,6 +403,8 @@ def write_outputs(rows, args):
     modes = [m for m in args.contention.split(",")]
     lim = {r["bytes"]: r for r in rows if r["backend"] == "memcpy"}
     lines = [f"# torch.distributed collectives, {args.np} processes on one node\n"]
+    if getattr(args, "rounds", 1) > 1:
+        lines.append(f"Each point: the median of {args.rounds} runs of each backend, their order alternating.\n")
     lines += [f"Not measured: {f}" for f in args.failed]
     for mode in modes:
         lines += mode_tables([r for r in rows if r.get("mode", "1") == mode and r["backend"] != "memcpy"],
@@ -419,6 +457,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--memcpy", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every backend this many times, alternating their order; report each point's median")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="where the tensors are; cuda: compare with --backends smddp,nccl (ranks share the GPUs)")
     ap.add_argument("--step-width", type=int, default=1024, help="hidden width of the *_step model")

@@ -20,7 +20,8 @@ def test_torch_collectives_smoke(smddp_built, tmp_path):
     out = tmp_path / "bench"
     p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "torch_collectives.py"), "--np", "2",
                         "--backends", backends, "--ops", "allreduce,allgather,reduce_scatter", "--min", "8",
-                        "--max", "64K", "--factor", "64", "--iters", "3", "--memcpy", "--out", str(out)],
+                        "--max", "64K", "--factor", "64", "--iters", "3", "--memcpy", "--rounds", "2",
+                        "--out", str(out)],
                        capture_output=True, text=True, timeout=600, env=child_env(), cwd=REPO)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     for f in ("results.csv", "results.md"):
@@ -28,6 +29,9 @@ def test_torch_collectives_smoke(smddp_built, tmp_path):
     rows = (out / "results.csv").read_text().splitlines()
     assert any(r.startswith("smddp,allreduce") for r in rows), rows[:5]
     assert all(r.split(",")[7] == "0" for r in rows[1:]), "a result had wrong elements"
+    # --rounds 2: one row per point, the median of the two runs
+    points = [tuple(r.split(",")[:4]) for r in rows[1:]]
+    assert len(points) == len(set(points)), "a point appears once per round instead of once"
     try:
         import matplotlib  # noqa: F401
         assert (out / "allreduce_np2.png").stat().st_size > 0
