@@ -19,6 +19,11 @@ def test_every_collective_across_pretend_nodes(smddp_built):
     assert_all_ok(p, 4)
 
 
+def test_a_callback_waiting_on_a_receive_inside_it_gets_an_error_not_a_hang(smddp_built):
+    p = torchrun(os.path.join(WORKERS, "callback_waits.py"), 2, timeout=120)
+    assert_all_ok(p, 2)
+
+
 def test_sync_calls_finish_on_return_async_calls_do_not_block(smddp_built):
     """torch's synchronous calls run on the caller's thread; async_op=True still overlaps."""
     p = torchrun(os.path.join(WORKERS, "call_modes.py"), 2, timeout=300)
