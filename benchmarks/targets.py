@@ -6,8 +6,8 @@ Reads DIR/torch_np{2,4}/results.csv (smddp beside gloo, Open MPI and the single-
 ceiling, with the DDP and FSDP steps), DIR/contention_np{2,4}/results.csv (OMP_NUM_THREADS=1,
 unset, and a busy process per core) and DIR/netns_*.md (smddp-perf across two namespace hosts
 beside iperf3 on the same link). Each target gets its worst point, where it is, how many points
-miss the bar, and whether it is met. An input that is missing, failed or gave wrong results is
-"not measured", never met. Ratios are of times (peer / smddp: above 1, smddp is faster) except
+miss the bar, and whether it is met. A point of smddp's that failed, read NaN or gave wrong results
+is a miss ("not measured"), never a pass; a target with no input at all is "not measured". Ratios are of times (peer / smddp: above 1, smddp is faster) except
 where the bar says otherwise. Never run as a test of speed: CI only checks the arithmetic.
 """
 import glob
@@ -50,7 +50,11 @@ class Target:
         self.points, self.note = [], note
 
     def add(self, size, value):
-        self.points.append((size, value))
+        """value None: smddp's point was not measured (failed, NaN, wrong results): a miss."""
+        self.points.append((size, value if value is not None and value == value else None))
+
+    def passes(self, v):
+        return v is not None and (v >= self.bar if self.higher else v <= self.bar)
 
     def fmt(self, v):
         return f"{100 * v:.0f}%" if self.unit == "%" else f"{v:.2f}{self.unit}"
@@ -60,12 +64,19 @@ class Target:
         if not self.points:
             return [self.issue, self.what, self.where, bar, "not measured" + (f" ({self.note})" if self.note else ""),
                     "n/a"]
-        worst = (min if self.higher else max)(self.points, key=lambda p: p[1])
-        miss = [p for p in self.points if (p[1] < self.bar if self.higher else p[1] > self.bar)]
-        at = f" at {size_label(worst[0])}" if worst[0] is not None else ""
-        today = f"worst {self.fmt(worst[1])}{at}"
+        values = [p for p in self.points if p[1] is not None]
+        failed = len(self.points) - len(values)
+        miss = [p for p in self.points if not self.passes(p[1])]
+        if values:
+            worst = (min if self.higher else max)(values, key=lambda p: p[1])
+            at = f" at {size_label(worst[0])}" if worst[0] is not None else ""
+            today = f"worst {self.fmt(worst[1])}{at}"
+        else:
+            today = "not measured"
         if len(self.points) > 1:
             today += f"; {len(miss)} of {len(self.points)} points miss"
+        if failed:
+            today += f" ({failed} not measured)"
         return [self.issue, self.what, self.where, bar, today, "no" if miss else "yes"]
 
 
@@ -83,28 +94,27 @@ def one_node_targets(d):
             vs_copy = Target("#12", f"{coll} busbw / memcpy, ≥ 8 MiB", f"w={w}, one node, torch", 0.8, unit="")
             for n in sizes:
                 s = by.get(("smddp", coll, n))
-                if not measured(s):
-                    continue
                 for t, peer in ((vs_mpi, "mpi"), (vs_gloo, "gloo")):
                     o = by.get((peer, coll, n))
-                    if measured(o):
-                        t.add(n, o["time_us"] / s["time_us"])
-                if n >= LARGE and n in limit:
-                    vs_copy.add(n, s["busbw"] / limit[n]["algbw"])
+                    if measured(o):  # a peer's failed point is not smddp's miss
+                        t.add(n, o["time_us"] / s["time_us"] if measured(s) else None)
+                if n >= LARGE and measured(limit.get(n)) and limit[n]["algbw"] > 0:
+                    vs_copy.add(n, s["busbw"] / limit[n]["algbw"] if measured(s) else None)
             out += [vs_mpi, vs_gloo, vs_copy]
         for step in ("ddp_step", "fsdp_step"):
             t = Target("#12", f"{step.replace('_step', '').upper()} step, peers' best / smddp",
                        f"w={w}, one node, torch", 1.0)
             s = next((r for r in rows if r["backend"] == "smddp" and r["op"] == step), None)
             peers = [r["time_us"] for r in rows if r["backend"] in ("gloo", "mpi") and r["op"] == step and measured(r)]
-            if measured(s) and peers:
-                t.add(None, min(peers) / s["time_us"])
+            if s is not None and peers:
+                t.add(None, min(peers) / s["time_us"] if measured(s) else None)
             out.append(t)
     return out
 
 
 NETNS_IPERF = re.compile(r"iperf3 [0-9.]+ Gbit/s \(([0-9.]+) GB/s\)")
 NETNS_RATE = re.compile(r"^\s*([0-9]+) B: ([0-9.]+) GB/s over the link", re.M)
+NETNS_WRONG = re.compile(r"^# total #wrong: ([0-9]+)", re.M)
 
 
 def between_hosts_targets(d):
@@ -114,10 +124,12 @@ def between_hosts_targets(d):
         t = Target("#12", "allreduce link rate / iperf3, ≥ 1 MiB", f"2 namespace hosts, {name}", 0.8, unit="%")
         text = open(path).read()
         m = NETNS_IPERF.search(text)
+        wrong = NETNS_WRONG.search(text)
+        right = wrong is not None and int(wrong.group(1)) == 0
         if m and float(m.group(1)) > 0:
             for size, rate in NETNS_RATE.findall(text):
                 if int(size) >= 1 << 20:
-                    t.add(int(size), float(rate) / float(m.group(1)))
+                    t.add(int(size), float(rate) / float(m.group(1)) if right else None)
         out.append(t)
     return out
 
@@ -134,12 +146,13 @@ def contention_targets(d):
         for n in sorted({r["bytes"] for r in rows if r["backend"] == "smddp"}):
             s1, su, sh = (m.get(("smddp", "allreduce", n)) for m in (one, unset, hog))
             m1, mu, mh = (m.get(("mpi", "allreduce", n)) for m in (one, unset, hog))
-            if measured(s1) and measured(su):
-                same.add(n, su["time_us"] / s1["time_us"])
-            if measured(su) and measured(mu):
-                vs_mpi.add(n, mu["time_us"] / su["time_us"])
-            if all(measured(r) for r in (s1, sh, m1, mh)):
-                hog_loss.add(n, (sh["time_us"] / s1["time_us"]) / (mh["time_us"] / m1["time_us"]))
+            if s1 is not None or su is not None:
+                same.add(n, su["time_us"] / s1["time_us"] if measured(s1) and measured(su) else None)
+            if measured(mu):
+                vs_mpi.add(n, mu["time_us"] / su["time_us"] if measured(su) else None)
+            if measured(m1) and measured(mh):
+                hog_loss.add(n, (sh["time_us"] / s1["time_us"]) / (mh["time_us"] / m1["time_us"])
+                             if measured(s1) and measured(sh) else None)
         out += [same, vs_mpi, hog_loss]
     return out
 

@@ -265,6 +265,9 @@ def driver(args):
                     args.failed.append(f"{backend} (OMP_NUM_THREADS{MODE_TITLE[mode]}): {e}; its stderr is above")
         if args.memcpy:
             rows += memcpy_rows(sizes(parse_size(args.min), parse_size(args.max), args.factor), args.iters)
+    # A peer that failed in some round is not measured in its mode at all (its earlier rounds'
+    # rows would be a median of fewer runs, under a header that says it was not measured).
+    rows = [r for r in rows if (r["backend"], r.get("mode", "1")) not in failed]
     if args.rounds > 1:
         rows = median_rows(rows)
     write_outputs(rows, args)

@@ -82,8 +82,9 @@ class Work {
   // there on point-to-point work, or on a collective queued behind some, raises Error (that
   // work moves only after the callback returns), as does a point-to-point op's callback waiting
   // on this communicator's unfinished work. A callback must not block on another thread's
-  // progress. A callback that throws does not stop the others; if the operation succeeded,
-  // wait() then throws an Error carrying the callback's message.
+  // progress. A callback that throws does not stop the others (they, like those before it, see
+  // the operation's own result); if the operation succeeded, wait() then throws an Error
+  // carrying the callback's message.
   void then(std::function<void(std::exception_ptr)> callback) const;
 
  private:

@@ -268,13 +268,23 @@ void Engine::loop() {
     lk.lock();
     for (auto& t : still) active_p2p_.push_back(std::move(t));
   }
-  // Stopping: fail whatever never ran.
-  std::deque<Task> q = std::move(queue_);
+  // Stopping: fail whatever never ran, in issue order, holding the engine and leaving the queue
+  // in place meanwhile: a failed op's callback that waits on a later op fails it itself
+  // (run_nested_through) rather than wait on this thread.
   std::vector<Task> p = std::move(active_p2p_);
   std::exception_ptr reason = stop_reason_;
   lk.unlock();
+  Holding h(this);
   for (auto& t : p) { pending_.fetch_sub(1); finish(t, reason); }
-  for (auto& t : q) { pending_.fetch_sub(1); finish(t, reason); }
+  for (;;) {
+    lk.lock();
+    if (queue_.empty()) break;
+    Task t = std::move(queue_.front());
+    queue_.pop_front();
+    lk.unlock();
+    pending_.fetch_sub(1);
+    finish(t, reason);
+  }
 }
 
 void Engine::shutdown(std::exception_ptr reason) {

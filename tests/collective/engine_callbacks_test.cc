@@ -160,6 +160,24 @@ TEST(EngineCallbacks, AReceivesCallbackWaitingOnALaterCollectiveIsAnError) {
       << "got: '" << err << "'";
 }
 
+// A shutdown fails what never ran, in issue order: a receive's callback that waits on the
+// collective queued behind it gets that collective's shutdown error, not a wait on the engine
+// thread that is running the callback (shutdown would then never return).
+TEST(EngineCallbacks, OnShutdownAFailedReceivesCallbackWaitingOnALaterCollectiveEnds) {
+  auto engine = std::make_shared<engine::Engine>(false);
+  auto never = std::make_shared<std::atomic<bool>>(false);
+  engine::Task r = receive(1, never);
+  engine::Task later = collective(2);
+  auto later_state = later.state;
+  std::string err;
+  r.state->on_complete([&](std::exception_ptr) { err = wait_error(later_state); });
+  (void)engine->submit(std::move(r));
+  (void)engine->submit(std::move(later));
+  engine->shutdown(nullptr);
+  EXPECT_NE(err.find("destroyed"), std::string::npos) << "got: '" << err << "'";
+  EXPECT_EQ(engine->pending(), 0u);
+}
+
 // A callback of engine A's collective runs B's collective on this thread (inline), whose
 // callback waits on A's work: this thread holds both, so A's nested work runs here too.
 TEST(EngineCallbacks, NestingAcrossTwoEnginesOnOneThreadRunsHere) {

@@ -54,13 +54,18 @@ def test_verdicts_on_known_ratios(tmp_path):
         # allgather: gloo gave wrong elements at 8 B, so that point is not counted
         row("smddp", "allgather", 8, 10.0), row("gloo", "allgather", 8, 20.0, wrong=3),
         row("smddp", "allgather", 2048, 10.0), row("gloo", "allgather", 2048, 60.0),
+        # reduce_scatter: smddp failed at 2 KiB (NaN, an error): a miss, never a pass
+        row("smddp", "reduce_scatter", 8, 10.0), row("gloo", "reduce_scatter", 8, 90.0),
+        row("smddp", "reduce_scatter", 2048, float("nan"), error="timed out"),
+        row("gloo", "reduce_scatter", 2048, 90.0),
         row("smddp", "ddp_step", 1, 90.0), row("gloo", "ddp_step", 1, 120.0), row("mpi", "ddp_step", 1, 100.0),
     ])
     with open(tmp_path / "netns_unshaped.md", "w") as f:
         f.write("iperf3 16.00 Gbit/s (2.000 GB/s) (same kind of link)\n"
                 "      65536 B: 0.100 GB/s over the link\n"
                 "    1048576 B: 1.000 GB/s over the link\n"
-                "    4194304 B: 1.800 GB/s over the link\n")
+                "    4194304 B: 1.800 GB/s over the link\n"
+                "# total #wrong: 0\n")
     write_csv(tmp_path / "contention_np2" / "results.csv", [
         row("smddp", "allreduce", 8, 10.0), row("smddp", "allreduce", 8, 13.0, mode="unset"),
         row("smddp", "allreduce", 8, 30.0, mode="hog"),
@@ -73,6 +78,8 @@ def test_verdicts_on_known_ratios(tmp_path):
     assert t[("allreduce vs gloo (time)", where)][4:] == ["worst 10.00x at 8 B; 0 of 3 points miss", "yes"]
     assert t[("allreduce busbw / memcpy, ≥ 8 MiB", where)][4:] == ["worst 0.50 at 8 MiB", "no"]
     assert t[("allgather vs gloo (time)", where)][4:] == ["worst 6.00x at 2 KiB", "yes"]
+    assert t[("reduce_scatter vs gloo (time)", where)][4:] == ["worst 9.00x at 8 B; 1 of 2 points miss (1 not measured)",
+                                                               "no"]
     assert t[("DDP step, peers' best / smddp", where)][4:] == ["worst 1.11x", "yes"]
     assert t[("FSDP step, peers' best / smddp", where)][4:] == ["not measured", "n/a"]
     assert t[("reduce_scatter vs Open MPI (time)", "w=4, one node, torch")][5] == "n/a"  # no w=4 results

@@ -3,8 +3,9 @@
 group would wait forever: the receive moves only after the callback returns. It raises instead
 (RuntimeError naming the receive), the error reaches the chained future, and the group goes on:
 the receive completes afterwards and later collectives give the right sums. Rank 1 joins the
-allreduce 0.5 s late, so that rank 0 chains the callback before the allreduce can finish."""
-import time
+allreduce only once rank 0 has chained the callback (a key in the store), so the callback is in
+place before the allreduce can finish."""
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -18,10 +19,11 @@ dist.init_process_group(backend="smddp")
 rank, world = dist.get_rank(), dist.get_world_size()
 assert world == 2, "written for 2 ranks"
 
+store = dist.distributed_c10d._get_default_store()
 got = torch.zeros(4)
 t = torch.full((4,), float(rank + 1))
 if rank == 1:
-    time.sleep(0.5)
+    store.wait(["callback_chained"], timedelta(seconds=60))
 fut = dist.all_reduce(t, async_op=True).get_future()
 if rank == 0:
     ran_on = []
@@ -32,6 +34,7 @@ if rank == 0:
         return f.value()
 
     chained = fut.then(receive_inside)
+    store.set("callback_chained", "1")
     try:
         chained.wait()
         check("a callback waiting on a receive inside it gets an error", False, "it returned")
