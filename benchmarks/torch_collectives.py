@@ -242,14 +242,15 @@ def driver(args):
               "--step-width", str(args.step_width)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     failed = set()
+    modes, backends = args.contention.split(","), args.backends.split(",")
+    for mode in modes:
+        if mode not in ("1", "unset", "hog"):
+            raise SystemExit(f"--contention: unknown mode {mode!r} (known: 1, unset, hog)")
     # Rounds outside, then modes, backends inside: the backends of one mode run back to back, so a
     # change in the machine's background load shows in every backend of that table alike; with
     # several rounds the backends' order flips every round and each point is the median.
     for rnd in range(args.rounds):
-        for mode in args.contention.split(","):
-            if mode not in ("1", "unset", "hog"):
-                raise SystemExit(f"--contention: unknown mode {mode!r} (known: 1, unset, hog)")
-            backends = args.backends.split(",")
+        for mode in modes:
             for backend in backends[::-1] if rnd % 2 else backends:
                 if (backend, mode) in failed:
                     continue
