@@ -27,6 +27,10 @@ const c10::TypePtr& tensor_list_type() {
 }  // namespace
 
 c10::intrusive_ptr<c10::ivalue::Future> SmddpWork::getFuture() {
+  // Whoever takes the future (DDP's reducer, comm hooks) overlaps the operation with other work
+  // and may never call wait(), which would run it here: start it now rather than at a dozing
+  // engine's next tick.
+  for (auto& op : ops_) op.expedite();
   std::lock_guard<std::mutex> g(mu_);
   if (!future_) {
     future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type(), devices_);

@@ -91,6 +91,11 @@ void Work::then(std::function<void(std::exception_ptr)> callback) const {
   state_->on_complete(std::move(callback));
 }
 
+void Work::expedite() const {
+  if (!state_ || state_->done.load(std::memory_order_acquire)) return;
+  if (auto engine = state_->engine.lock()) engine->expedite(state_.get());
+}
+
 // --- Communicator ---
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options options)

@@ -125,7 +125,10 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw MismatchError(prefix() + "ranks called different collectives: " + describe_disagreement(all, global) +
                         ". Nothing was written to the output buffers; the communicator is aborted");
   });
-  engine_ = std::make_shared<engine::Engine>(options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")));
+  engine_ = std::make_shared<engine::Engine>(
+      options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")),
+      engine::Doze{std::chrono::microseconds(config::get_int("SMDDP_ENGINE_DOZE_US")),
+                   std::chrono::microseconds(config::get_int("SMDDP_ENGINE_DOZE_WINDOW_US"))});
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
                         << ", transport shm, reduce kernels " << reduce::isa();
 }
@@ -438,6 +441,7 @@ Work CommunicatorImpl::collective(CollArgs args) {
     state->rank = rank_;
     engine::Task t;
     t.state = state;
+    t.start_now = args.memory.kind == Memory::Kind::cuda;
     t.run = [this, op, args = std::move(args)]() mutable { run_collective(op, args); };
     here = engine_->submit(std::move(t));
   }

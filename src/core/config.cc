@@ -21,6 +21,8 @@ const std::vector<Param>& params() {
       {"SMDDP_HIER_SLICE", "4m", "Bytes of the message per pipelined slice of the hierarchical algorithms across nodes."},
       {"SMDDP_HIER_SMALL_MAX", "64k", "Largest allreduce (bytes) across nodes sent by the two-round hier_small algorithm when not forced."},
       {"SMDDP_INLINE", "1", "1: run a collective on the calling thread when the engine is idle (lower latency)."},
+      {"SMDDP_ENGINE_DOZE_US", "1000", "For SMDDP_ENGINE_DOZE_WINDOW_US after a collective was queued, the idle engine thread sleeps this long at a time, and while the last queued collective was run by its caller's wait(), a newly queued one does not wake it: a caller that waits at once runs it itself without a thread wake; one that does not has it started within this time, and later ones wake the engine again (CUDA collectives, point-to-point ops and getFuture() always do). 0: every queued operation wakes the engine thread."},
+      {"SMDDP_ENGINE_DOZE_WINDOW_US", "20000", "How long after the last queued collective the idle engine thread dozes (SMDDP_ENGINE_DOZE_US) before it sleeps until woken (an idle communicator then uses no CPU)."},
       {"SMDDP_REDUCE_ISA", "", "Force the CPU reduction kernels: avx512, avx2 or scalar (default: best the CPU has)."},
       {"SMDDP_NODE_ID", "", "Overrides which node this rank is on (default: host name + kernel boot id); ranks with equal ids share memory."},
       {"SMDDP_OFI_PROVIDER", "", "libfabric provider for traffic between nodes (default: efa, then tcp, tcp;ofi_rxm, sockets; with libfabric 1.x tcp;ofi_rxm before tcp; FI_PROVIDER also works)."},

@@ -75,7 +75,8 @@ void OpState::on_complete(std::function<void(std::exception_ptr)> cb) {
 
 namespace smddp::engine {
 
-Engine::Engine(bool allow_inline) : allow_inline_(allow_inline), thread_([this] { loop(); }) {}
+Engine::Engine(bool allow_inline, Doze doze)
+    : allow_inline_(allow_inline), doze_(doze), thread_([this] { loop(); }) {}
 
 Engine::~Engine() { shutdown(nullptr); }
 
@@ -171,10 +172,31 @@ std::optional<Task> Engine::submit(Task task) {
     busy_ = true;
     return task;
   }
+  // A dozing engine leaves a queued collective to its caller's wait() (run_here) for a tick: no
+  // wake. Point-to-point work progresses only on the engine thread: wake it.
+  const bool wake = task.p2p || task.start_now || !dozing_ || !callers_wait_;
+  if (doze_.tick.count() > 0) {
+    last_queued_ = std::chrono::steady_clock::now();
+    task.unwoken = !wake;
+    task.queued_at = last_queued_;
+  }
   queue_.push_back(std::move(task));
   lk.unlock();
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   return std::nullopt;
+}
+
+void Engine::expedite(const detail::OpState* op) {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (Task& t : queue_)
+    if (t.state.get() == op) {
+      if (!t.unwoken) return;  // its submission woke the engine already
+      t.unwoken = false;
+      callers_wait_ = false;  // this caller does not wait at once: wake for the next ones too
+      lk.unlock();
+      cv_.notify_all();
+      return;
+    }
 }
 
 bool Engine::idle_locked() const { return !busy_ && queue_.empty() && p2p_running_ == 0; }
@@ -186,6 +208,7 @@ bool Engine::run_here(const detail::OpState* op) {
   Task t = std::move(queue_.front());
   queue_.pop_front();
   busy_ = true;
+  callers_wait_ = true;
   lk.unlock();
   run_claimed(std::move(t));
   return true;
@@ -208,8 +231,7 @@ void Engine::loop() {
   std::unique_lock<std::mutex> lk(mu_);
   int idle_polls = 0;
   for (;;) {
-    if (active_p2p_.empty())
-      cv_.wait(lk, [&] { return stop_ || (!queue_.empty() && !busy_); });
+    if (active_p2p_.empty()) idle_wait(lk);
     if (stop_) break;
     // Take the next operation unless it is a collective that must wait for running p2p ops.
     if (!queue_.empty() && !busy_ && (queue_.front().p2p || active_p2p_.empty())) {
@@ -221,6 +243,7 @@ void Engine::loop() {
         continue;
       }
       busy_ = true;
+      if (t.unwoken) callers_wait_ = false;  // it sat a tick unwaited: wake for the next ones
       lk.unlock();
       run_and_finish(t);
       lk.lock();
@@ -284,6 +307,40 @@ void Engine::loop() {
     lk.unlock();
     pending_.fetch_sub(1);
     finish(t, reason);
+  }
+}
+
+bool Engine::dozing() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return dozing_;
+}
+
+size_t Engine::doze_ticks() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return doze_ticks_;
+}
+
+void Engine::idle_wait(std::unique_lock<std::mutex>& lk) {
+  using Clock = std::chrono::steady_clock;
+  for (;;) {
+    if (stop_) return;
+    auto sleep = doze_.tick;
+    if (!queue_.empty() && !busy_) {
+      const Task& next = queue_.front();
+      if (!next.unwoken) return;
+      // Queued without a wake a moment ago: its caller is likely about to run it in wait().
+      // Taking it now would make that caller sleep until the engine wakes it: leave it a tick.
+      const auto age = Clock::now() - next.queued_at;
+      if (age >= doze_.tick) return;
+      sleep = std::chrono::duration_cast<std::chrono::microseconds>(doze_.tick - age) + std::chrono::microseconds(1);
+    } else if (doze_.tick.count() == 0 || Clock::now() >= last_queued_ + doze_.window) {
+      cv_.wait(lk);  // asleep until woken: an idle communicator costs no CPU
+      continue;
+    }
+    dozing_ = true;
+    ++doze_ticks_;
+    cv_.wait_for(lk, sleep);
+    dozing_ = false;
   }
 }
 

@@ -7,9 +7,19 @@
 // thread instead (SMDDP_INLINE, or an InlineScope on that thread), and a caller that waits for a
 // collective still first in line runs it itself (run_here): no thread hand-off, so small
 // collectives have low latency. Either way one collective runs at a time (busy_).
+//
+// Dozing: for a while after work was queued, the idle engine thread sleeps with a timeout (a
+// tick) instead of until woken. While it dozes, a newly queued collective does not wake it, and
+// the engine leaves it to its caller for a tick: a caller that waits at once (torch 2.6's
+// all_reduce, which does not say whether it will) runs it itself in wait() with no futex wake,
+// which cost ~12 us per call on this project's VM. One that nobody waits for is started by the
+// engine after a tick, and from then on queued work wakes the engine again (that caller does not
+// wait at once) until a caller's wait() runs one. Point-to-point ops (only the engine progresses
+// them), CUDA collectives (start_now) and expedite() always wake it.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -56,9 +66,22 @@ struct OpState {
 
 namespace smddp::engine {
 
+// How the idle engine thread sleeps (SMDDP_ENGINE_DOZE_US, SMDDP_ENGINE_DOZE_WINDOW_US).
+struct Doze {
+  std::chrono::microseconds tick{0};    // 0: never doze; every queued collective wakes the thread
+  std::chrono::microseconds window{0};  // how long after the last queued op the thread dozes
+};
+
 struct Task {
   std::shared_ptr<detail::OpState> state;
   bool p2p = false;
+  // Wake a dozing engine for it: nobody will run it with run_here (a CUDA collective, whose
+  // wait() makes a stream wait rather than the host).
+  bool start_now = false;
+  // Set by submit: queued without waking the dozing engine, at queued_at. The engine leaves it
+  // to its caller's wait() for a tick before it takes it itself.
+  bool unwoken = false;
+  std::chrono::steady_clock::time_point queued_at{};
   std::function<void()> run;   // collective: runs to completion or throws
   std::function<bool()> poll;  // p2p: makes some progress; true when finished; throws on failure
 };
@@ -66,7 +89,7 @@ struct Task {
 // Made with std::make_shared, so that its operations can name it (OpState::engine).
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
-  explicit Engine(bool allow_inline);
+  explicit Engine(bool allow_inline, Doze doze = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -99,6 +122,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // A caller that submits and at once waits (torch's synchronous collectives) so skips two
   // thread hand-offs, which cost 20-30 us here, against an 8-byte allreduce's 1 us.
   bool run_here(const detail::OpState* op);
+  // `op`, queued, is to start now rather than at the dozing engine's next tick: a caller that
+  // will not wait for it soon but needs it progressing (torch's getFuture: DDP's buckets).
+  void expedite(const detail::OpState* op);
+  // For tests and diagnostics: whether the thread dozes now, and how many timed sleeps it took.
+  bool dozing() const;
+  size_t doze_ticks() const;
   // Operations submitted but not finished.
   size_t pending() const;
   // Stops the thread. Queued operations fail with `reason`; the caller must first make any
@@ -107,6 +136,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
  private:
   void loop();
+  // Sleeps until there is work to take or a stop; dozes (timed sleeps) within the doze window.
+  void idle_wait(std::unique_lock<std::mutex>& lk);
   static void finish(Task& t, std::exception_ptr e);
   // Runs a collective on this thread and completes it (its callbacks run here too).
   void run_and_finish(Task& t);
@@ -114,6 +145,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool idle_locked() const;
 
   const bool allow_inline_;
+  const Doze doze_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
@@ -122,6 +154,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
                                   // threads must check, since active_p2p_ is empty mid-poll
   bool busy_ = false;             // a collective is running (engine thread or a caller's)
   bool stop_ = false;
+  bool dozing_ = false;  // the thread sleeps with a timeout: a queued collective need not wake it
+  // Whether the caller of a collective queued without a wake can be trusted to wait() at once:
+  // false after the engine had to take one (it sat a tick) or one was expedited; true again when
+  // a caller's wait() runs one.
+  bool callers_wait_ = true;
+  size_t doze_ticks_ = 0;
+  std::chrono::steady_clock::time_point last_queued_{};  // when a task was last queued
   std::exception_ptr stop_reason_;
   std::atomic<size_t> pending_{0};
   std::thread thread_;

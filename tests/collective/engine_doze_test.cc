@@ -1,0 +1,172 @@
+// The dozing engine (SMDDP_ENGINE_DOZE_US): for a while after a collective was queued, the idle
+// engine thread sleeps with a timeout and a newly queued collective does not wake it, so that a
+// caller who waits at once runs it itself with no futex wake (torch 2.6's all_reduce). What must
+// hold: such a collective is not started behind the caller's back (no wake happened); one nobody
+// waits for still starts within a tick, and after it queued work wakes the engine again;
+// expedite(), CUDA collectives (start_now) and
+// point-to-point ops wake it at once; after the window the thread sleeps until woken (no timed
+// wake-ups: an idle communicator costs no CPU). Driven at the engine's level. Named Engine* so
+// that the TSan step runs them.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "engine/engine.h"
+#include "smddp/communicator.h"
+
+namespace smddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A collective that records which thread ran it.
+struct Recorded {
+  std::shared_ptr<detail::OpState> state = std::make_shared<detail::OpState>();
+  std::shared_ptr<std::atomic<std::thread::id>> ran_on = std::make_shared<std::atomic<std::thread::id>>();
+
+  engine::Task task(uint64_t seq) const {
+    state->seq = seq;
+    state->name = "allreduce";
+    state->rank = 0;
+    engine::Task t;
+    t.state = state;
+    t.run = [r = ran_on] { r->store(std::this_thread::get_id()); };
+    return t;
+  }
+  bool done() const { return state->done.load(); }
+};
+
+std::shared_ptr<engine::Engine> dozing_engine(std::chrono::microseconds tick, std::chrono::microseconds window) {
+  return std::make_shared<engine::Engine>(/*allow_inline=*/false, engine::Doze{tick, window});
+}
+
+// Queues collectives and waits for them until one was run by this thread's wait() (the engine
+// thread, woken for the first, may take it before wait() does), then waits for the engine to
+// doze: the state in which a queued collective does not wake it.
+void make_it_doze(engine::Engine& e, uint64_t& seq) {
+  bool ran_here = false;
+  for (int attempt = 0; attempt < 200 && !ran_here; ++attempt) {
+    Recorded r;
+    ASSERT_FALSE(e.submit(r.task(++seq)));
+    Work(r.state).wait();
+    ran_here = r.ran_on->load() == std::this_thread::get_id();
+  }
+  ASSERT_TRUE(ran_here) << "the engine thread took every one of 200 collectives before wait() did";
+  const auto deadline = Clock::now() + 5s;
+  while (!e.dozing() && Clock::now() < deadline) std::this_thread::sleep_for(100us);
+  ASSERT_TRUE(e.dozing()) << "the engine thread did not doze after a queued collective";
+}
+
+bool finishes_within(const Recorded& r, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (!r.done() && Clock::now() < deadline) std::this_thread::sleep_for(100us);
+  return r.done();
+}
+
+TEST(EngineDoze, AQueuedCollectiveDoesNotWakeItAndTheWaiterRunsIt) {
+  auto e = dozing_engine(30s, 60s);  // a tick that never comes within the test
+  uint64_t seq = 0;
+  make_it_doze(*e, seq);
+  Recorded r;
+  ASSERT_FALSE(e->submit(r.task(++seq)));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(r.done()) << "the dozing engine thread was woken for a collective its caller will wait for";
+  Work(r.state).wait();
+  EXPECT_EQ(r.ran_on->load(), std::this_thread::get_id()) << "wait() should have run the queued collective itself";
+}
+
+TEST(EngineDoze, ACollectiveNobodyWaitsForStartsAtTheNextTick) {
+  auto e = dozing_engine(2ms, 60s);
+  uint64_t seq = 0;
+  make_it_doze(*e, seq);
+  Recorded r;
+  ASSERT_FALSE(e->submit(r.task(++seq)));
+  ASSERT_TRUE(finishes_within(r, 5000ms)) << "a queued collective nobody waited for never started";
+  EXPECT_NE(r.ran_on->load(), std::this_thread::get_id());
+}
+
+TEST(EngineDoze, OnceTheEngineRanOneNobodyWaitedForQueuedWorkWakesIt) {
+  auto e = dozing_engine(200ms, 60s);
+  uint64_t seq = 0;
+  make_it_doze(*e, seq);
+  Recorded unwaited;
+  ASSERT_FALSE(e->submit(unwaited.task(++seq)));
+  ASSERT_TRUE(finishes_within(unwaited, 5000ms));
+  ASSERT_NE(unwaited.ran_on->load(), std::this_thread::get_id());
+  // The caller is not waiting for its work: the next one must not sit out a tick.
+  const auto deadline = Clock::now() + 5s;
+  while (!e->dozing() && Clock::now() < deadline) std::this_thread::sleep_for(100us);
+  Recorded next;
+  const auto t0 = Clock::now();
+  ASSERT_FALSE(e->submit(next.task(++seq)));
+  ASSERT_TRUE(finishes_within(next, 5000ms));
+  EXPECT_NE(next.ran_on->load(), std::this_thread::get_id());
+  // Woken, it starts within the scheduler's latency; unwoken, at the next tick (200 ms).
+  EXPECT_LT(Clock::now() - t0, 100ms) << "queued work after an unwaited collective waited for the tick";
+}
+
+TEST(EngineDoze, ExpediteStartCudaCollectivesAndPointToPointWakeItAtOnce) {
+  auto e = dozing_engine(30s, 60s);
+  uint64_t seq = 0;
+  make_it_doze(*e, seq);
+  Recorded expedited;
+  ASSERT_FALSE(e->submit(expedited.task(++seq)));
+  Work(expedited.state).expedite();
+  ASSERT_TRUE(finishes_within(expedited, 5000ms)) << "expedite() did not wake the dozing engine";
+  EXPECT_NE(expedited.ran_on->load(), std::this_thread::get_id());
+
+  make_it_doze(*e, seq);
+  Recorded cuda;
+  engine::Task t = cuda.task(++seq);
+  t.start_now = true;
+  ASSERT_FALSE(e->submit(std::move(t)));
+  ASSERT_TRUE(finishes_within(cuda, 5000ms)) << "a start_now collective did not wake the dozing engine";
+
+  make_it_doze(*e, seq);
+  engine::Task recv;
+  recv.state = std::make_shared<detail::OpState>();
+  recv.state->seq = ++seq;
+  recv.state->name = "recv";
+  recv.p2p = true;
+  recv.poll = [] { return true; };
+  auto recv_state = recv.state;
+  ASSERT_FALSE(e->submit(std::move(recv)));
+  const auto deadline = Clock::now() + 5s;
+  while (!recv_state->done.load() && Clock::now() < deadline) std::this_thread::sleep_for(100us);
+  EXPECT_TRUE(recv_state->done.load()) << "a receive did not wake the dozing engine";
+}
+
+TEST(EngineDoze, AfterTheWindowItSleepsUntilWoken) {
+  auto e = dozing_engine(1ms, 30ms);
+  uint64_t seq = 0;
+  make_it_doze(*e, seq);
+  std::this_thread::sleep_for(200ms);  // the window (30 ms) is over
+  const size_t ticks = e->doze_ticks();
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(e->doze_ticks(), ticks) << "the idle engine kept waking up after its doze window";
+  EXPECT_FALSE(e->dozing());
+  // And a collective queued then wakes it (nobody waits for it here).
+  Recorded r;
+  ASSERT_FALSE(e->submit(r.task(++seq)));
+  EXPECT_TRUE(finishes_within(r, 5000ms)) << "a collective queued after the window did not wake the engine";
+}
+
+TEST(EngineDoze, ZeroTickWakesForEveryQueuedCollective) {
+  auto e = dozing_engine(0us, 60s);
+  Recorded first;
+  ASSERT_FALSE(e->submit(first.task(1)));
+  Work(first.state).wait();
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(e->dozing());
+  Recorded r;
+  ASSERT_FALSE(e->submit(r.task(2)));
+  EXPECT_TRUE(finishes_within(r, 5000ms));
+  EXPECT_EQ(e->doze_ticks(), 0u);
+}
+
+}  // namespace
+}  // namespace smddp::testing
