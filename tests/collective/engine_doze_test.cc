@@ -2,7 +2,8 @@
 // engine thread sleeps with a timeout and a newly queued collective does not wake it, so that a
 // caller who waits at once runs it itself with no futex wake (torch 2.6's all_reduce). What must
 // hold: such a collective is not started behind the caller's back (no wake happened); one nobody
-// waits for still starts within a tick, and after it queued work wakes the engine again;
+// waits for still starts, after a tick (not sooner: its caller may be about to wait), and after
+// it queued work wakes the engine again;
 // expedite(), CUDA collectives (start_now) and
 // point-to-point ops wake it at once; after the window the thread sleeps until woken (no timed
 // wake-ups: an idle communicator costs no CPU). Driven at the engine's level. Named Engine* so
@@ -44,6 +45,12 @@ std::shared_ptr<engine::Engine> dozing_engine(std::chrono::microseconds tick, st
   return std::make_shared<engine::Engine>(/*allow_inline=*/false, engine::Doze{tick, window});
 }
 
+void wait_until_dozing(engine::Engine& e) {
+  const auto deadline = Clock::now() + 5s;
+  while (!e.dozing() && Clock::now() < deadline) std::this_thread::sleep_for(100us);
+  ASSERT_TRUE(e.dozing()) << "the engine thread did not doze after a queued collective";
+}
+
 // Queues collectives and waits for them until one was run by this thread's wait() (the engine
 // thread, woken for the first, may take it before wait() does), then waits for the engine to
 // doze: the state in which a queued collective does not wake it.
@@ -56,9 +63,7 @@ void make_it_doze(engine::Engine& e, uint64_t& seq) {
     ran_here = r.ran_on->load() == std::this_thread::get_id();
   }
   ASSERT_TRUE(ran_here) << "the engine thread took every one of 200 collectives before wait() did";
-  const auto deadline = Clock::now() + 5s;
-  while (!e.dozing() && Clock::now() < deadline) std::this_thread::sleep_for(100us);
-  ASSERT_TRUE(e.dozing()) << "the engine thread did not doze after a queued collective";
+  wait_until_dozing(e);
 }
 
 bool finishes_within(const Recorded& r, std::chrono::milliseconds limit) {
@@ -79,27 +84,19 @@ TEST(EngineDoze, AQueuedCollectiveDoesNotWakeItAndTheWaiterRunsIt) {
   EXPECT_EQ(r.ran_on->load(), std::this_thread::get_id()) << "wait() should have run the queued collective itself";
 }
 
-TEST(EngineDoze, ACollectiveNobodyWaitsForStartsAtTheNextTick) {
-  auto e = dozing_engine(2ms, 60s);
-  uint64_t seq = 0;
-  make_it_doze(*e, seq);
-  Recorded r;
-  ASSERT_FALSE(e->submit(r.task(++seq)));
-  ASSERT_TRUE(finishes_within(r, 5000ms)) << "a queued collective nobody waited for never started";
-  EXPECT_NE(r.ran_on->load(), std::this_thread::get_id());
-}
-
-TEST(EngineDoze, OnceTheEngineRanOneNobodyWaitedForQueuedWorkWakesIt) {
+TEST(EngineDoze, ACollectiveNobodyWaitsForStartsAfterATickThenQueuedWorkWakesIt) {
   auto e = dozing_engine(200ms, 60s);
   uint64_t seq = 0;
   make_it_doze(*e, seq);
   Recorded unwaited;
+  const auto queued = Clock::now();
   ASSERT_FALSE(e->submit(unwaited.task(++seq)));
-  ASSERT_TRUE(finishes_within(unwaited, 5000ms));
+  ASSERT_TRUE(finishes_within(unwaited, 5000ms)) << "a queued collective nobody waited for never started";
   ASSERT_NE(unwaited.ran_on->load(), std::this_thread::get_id());
+  // Left to its caller for a tick: taken sooner, it would make a caller about to wait() sleep.
+  EXPECT_GE(Clock::now() - queued, 150ms) << "the engine took a collective queued without a wake before a tick";
   // The caller is not waiting for its work: the next one must not sit out a tick.
-  const auto deadline = Clock::now() + 5s;
-  while (!e->dozing() && Clock::now() < deadline) std::this_thread::sleep_for(100us);
+  wait_until_dozing(*e);
   Recorded next;
   const auto t0 = Clock::now();
   ASSERT_FALSE(e->submit(next.task(++seq)));
