@@ -86,9 +86,10 @@ class Work {
   // the operation's own result); if the operation succeeded, wait() then throws an Error
   // carrying the callback's message.
   void then(std::function<void(std::exception_ptr)> callback) const;
-  // A collective queued while the engine dozes (SMDDP_ENGINE_DOZE_US) starts at the engine's next
-  // tick, or at once in wait(). For a caller that will not wait soon but wants it progressing
-  // meanwhile (overlap with compute): start it now. No-op once it started.
+  // A collective queued while the engine dozes (SMDDP_ENGINE_DOZE_US) starts a tick after it was
+  // queued, or at once in wait() / wait_for(). For a caller that will not wait soon but wants it
+  // progressing meanwhile (overlap with compute): start it, and what was queued before it, now.
+  // No-op once it started.
   void expedite() const;
 
  private:

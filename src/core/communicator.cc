@@ -59,6 +59,7 @@ void Work::wait() const {
       if (!engine->run_here(state_.get())) {
         engine->run_nested_through(state_.get());
         engine->check_wait_can_end(*state_);
+        engine->expedite(state_.get());  // queued behind others, unwoken: do not sit out a tick
       }
   // Short spin first: collectives that ran inline are already done, small ones finish quickly.
   for (int i = 0; i < 200 && !state_->done.load(std::memory_order_acquire); ++i) {
@@ -73,6 +74,7 @@ void Work::wait() const {
 
 bool Work::wait_for(std::chrono::milliseconds timeout) const {
   if (!state_) return true;
+  expedite();  // it does not run the collective here: have the engine start it now
   std::unique_lock<std::mutex> lk(state_->mu);
   if (!state_->cv.wait_for(lk, timeout, [&] { return state_->done.load(std::memory_order_acquire); })) return false;
   if (state_->error) throw_copy_of(state_->error);

@@ -175,7 +175,7 @@ std::optional<Task> Engine::submit(Task task) {
   // A dozing engine leaves a queued collective to its caller's wait() (run_here) for a tick: no
   // wake. Point-to-point work progresses only on the engine thread: wake it.
   const bool wake = task.p2p || task.start_now || !dozing_ || !callers_wait_;
-  if (doze_.tick.count() > 0) {
+  if (doze_.tick.count() > 0) {  // (a tick <= 0 never dozes)
     last_queued_ = std::chrono::steady_clock::now();
     task.unwoken = !wake;
     task.queued_at = last_queued_;
@@ -188,15 +188,18 @@ std::optional<Task> Engine::submit(Task task) {
 
 void Engine::expedite(const detail::OpState* op) {
   std::unique_lock<std::mutex> lk(mu_);
-  for (Task& t : queue_)
-    if (t.state.get() == op) {
-      if (!t.unwoken) return;  // its submission woke the engine already
+  // Everything queued before it must start first: an unwoken collective ahead of `op` would
+  // otherwise sit out its tick and hold `op` behind it.
+  bool cleared = false;
+  for (Task& t : queue_) {
+    if (t.unwoken) {
       t.unwoken = false;
-      callers_wait_ = false;  // this caller does not wait at once: wake for the next ones too
-      lk.unlock();
-      cv_.notify_all();
-      return;
+      cleared = true;
     }
+    if (t.state.get() == op) break;
+  }
+  lk.unlock();
+  if (cleared) cv_.notify_all();
 }
 
 bool Engine::idle_locked() const { return !busy_ && queue_.empty() && p2p_running_ == 0; }
@@ -333,7 +336,7 @@ void Engine::idle_wait(std::unique_lock<std::mutex>& lk) {
       const auto age = Clock::now() - next.queued_at;
       if (age >= doze_.tick) return;
       sleep = std::chrono::duration_cast<std::chrono::microseconds>(doze_.tick - age) + std::chrono::microseconds(1);
-    } else if (doze_.tick.count() == 0 || Clock::now() >= last_queued_ + doze_.window) {
+    } else if (doze_.tick.count() <= 0 || Clock::now() >= last_queued_ + doze_.window) {
       cv_.wait(lk);  // asleep until woken: an idle communicator costs no CPU
       continue;
     }

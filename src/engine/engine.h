@@ -15,7 +15,8 @@
 // which cost ~12 us per call on this project's VM. One that nobody waits for is started by the
 // engine after a tick, and from then on queued work wakes the engine again (that caller does not
 // wait at once) until a caller's wait() runs one. Point-to-point ops (only the engine progresses
-// them), CUDA collectives (start_now) and expedite() always wake it.
+// them), CUDA collectives (start_now) and expedite() always wake it; a wait() that cannot run its
+// collective itself (another queued before it, a timed wait) expedites it.
 #pragma once
 
 #include <atomic>
@@ -122,8 +123,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // A caller that submits and at once waits (torch's synchronous collectives) so skips two
   // thread hand-offs, which cost 20-30 us here, against an 8-byte allreduce's 1 us.
   bool run_here(const detail::OpState* op);
-  // `op`, queued, is to start now rather than at the dozing engine's next tick: a caller that
-  // will not wait for it soon but needs it progressing (torch's getFuture: DDP's buckets).
+  // `op`, queued, and whatever is queued before it, are to start now rather than a tick after
+  // they were queued: for a caller that will not wait soon but needs it progressing (torch's
+  // getFuture: DDP's buckets), and for a waiter that run_here could not serve (an op queued
+  // before it, another thread's collective running, a timed wait).
   void expedite(const detail::OpState* op);
   // For tests and diagnostics: whether the thread dozes now, and how many timed sleeps it took.
   bool dozing() const;
@@ -156,8 +159,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool stop_ = false;
   bool dozing_ = false;  // the thread sleeps with a timeout: a queued collective need not wake it
   // Whether the caller of a collective queued without a wake can be trusted to wait() at once:
-  // false after the engine had to take one (it sat a tick) or one was expedited; true again when
-  // a caller's wait() runs one.
+  // false after the engine had to take one (it sat a tick unwaited); true again when a caller's
+  // wait() runs one (run_here).
   bool callers_wait_ = true;
   size_t doze_ticks_ = 0;
   std::chrono::steady_clock::time_point last_queued_{};  // when a task was last queued

@@ -51,10 +51,22 @@ void wait_until_dozing(engine::Engine& e) {
   ASSERT_TRUE(e.dozing()) << "the engine thread did not doze after a queued collective";
 }
 
+// A collective queued now is left to its caller: not started within 50 ms (the tick must be
+// far longer), then run by wait() on this thread.
+void expect_left_to_caller(engine::Engine& e, uint64_t& seq) {
+  Recorded probe;
+  ASSERT_FALSE(e.submit(probe.task(++seq)));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(probe.done()) << "the dozing engine thread was woken for a collective its caller will wait for";
+  Work(probe.state).wait();
+  EXPECT_EQ(probe.ran_on->load(), std::this_thread::get_id()) << "wait() should have run the queued collective itself";
+}
+
 // Queues collectives and waits for them until one was run by this thread's wait() (the engine
 // thread, woken for the first, may take it before wait() does), then waits for the engine to
-// doze: the state in which a queued collective does not wake it.
-void make_it_doze(engine::Engine& e, uint64_t& seq) {
+// doze: the state in which a queued collective does not wake it. With `probe` (long ticks
+// only), checks that it is that state.
+void make_it_doze(engine::Engine& e, uint64_t& seq, bool probe = true) {
   bool ran_here = false;
   for (int attempt = 0; attempt < 200 && !ran_here; ++attempt) {
     Recorded r;
@@ -64,6 +76,7 @@ void make_it_doze(engine::Engine& e, uint64_t& seq) {
   }
   ASSERT_TRUE(ran_here) << "the engine thread took every one of 200 collectives before wait() did";
   wait_until_dozing(e);
+  if (probe) expect_left_to_caller(e, seq);
 }
 
 bool finishes_within(const Recorded& r, std::chrono::milliseconds limit) {
@@ -75,26 +88,52 @@ bool finishes_within(const Recorded& r, std::chrono::milliseconds limit) {
 TEST(EngineDoze, AQueuedCollectiveDoesNotWakeItAndTheWaiterRunsIt) {
   auto e = dozing_engine(30s, 60s);  // a tick that never comes within the test
   uint64_t seq = 0;
+  make_it_doze(*e, seq);  // its probe is the first check
+  for (int i = 0; i < 3; ++i) expect_left_to_caller(*e, seq);  // and the state lasts
+}
+
+// wait() that cannot run its collective itself (another queued before it), wait_for() (which
+// never runs it) and expedite() of a later collective start what is queued at once: a caller
+// who waits must not sit out the tick.
+TEST(EngineDoze, WaitersAndExpediteDoNotSitOutATick) {
+  auto e = dozing_engine(30s, 60s);
+  uint64_t seq = 0;
   make_it_doze(*e, seq);
-  Recorded r;
-  ASSERT_FALSE(e->submit(r.task(++seq)));
-  std::this_thread::sleep_for(100ms);
-  EXPECT_FALSE(r.done()) << "the dozing engine thread was woken for a collective its caller will wait for";
-  Work(r.state).wait();
-  EXPECT_EQ(r.ran_on->load(), std::this_thread::get_id()) << "wait() should have run the queued collective itself";
+  Recorded first, second;
+  ASSERT_FALSE(e->submit(first.task(++seq)));
+  ASSERT_FALSE(e->submit(second.task(++seq)));
+  auto t0 = Clock::now();
+  Work(second.state).wait();  // `first` is in front: run_here cannot serve it
+  EXPECT_TRUE(first.done());
+  EXPECT_LT(Clock::now() - t0, 10s) << "waiting on a collective queued second sat out the tick";
+
+  make_it_doze(*e, seq);
+  Recorded third, fourth;
+  ASSERT_FALSE(e->submit(third.task(++seq)));
+  ASSERT_FALSE(e->submit(fourth.task(++seq)));
+  Work(fourth.state).expedite();
+  EXPECT_TRUE(finishes_within(fourth, 10000ms)) << "expedite() of a collective queued second did not start it";
+  EXPECT_TRUE(third.done());
+
+  make_it_doze(*e, seq);
+  Recorded timed;
+  ASSERT_FALSE(e->submit(timed.task(++seq)));
+  t0 = Clock::now();
+  EXPECT_TRUE(Work(timed.state).wait_for(10000ms)) << "wait_for() of a queued collective sat out the tick";
+  EXPECT_NE(timed.ran_on->load(), std::this_thread::get_id());
 }
 
 TEST(EngineDoze, ACollectiveNobodyWaitsForStartsAfterATickThenQueuedWorkWakesIt) {
-  auto e = dozing_engine(200ms, 60s);
+  auto e = dozing_engine(2s, 60s);
   uint64_t seq = 0;
   make_it_doze(*e, seq);
   Recorded unwaited;
   const auto queued = Clock::now();
   ASSERT_FALSE(e->submit(unwaited.task(++seq)));
-  ASSERT_TRUE(finishes_within(unwaited, 5000ms)) << "a queued collective nobody waited for never started";
+  ASSERT_TRUE(finishes_within(unwaited, 10000ms)) << "a queued collective nobody waited for never started";
   ASSERT_NE(unwaited.ran_on->load(), std::this_thread::get_id());
   // Left to its caller for a tick: taken sooner, it would make a caller about to wait() sleep.
-  EXPECT_GE(Clock::now() - queued, 150ms) << "the engine took a collective queued without a wake before a tick";
+  EXPECT_GE(Clock::now() - queued, 1500ms) << "the engine took a collective queued without a wake before a tick";
   // The caller is not waiting for its work: the next one must not sit out a tick.
   wait_until_dozing(*e);
   Recorded next;
@@ -102,8 +141,8 @@ TEST(EngineDoze, ACollectiveNobodyWaitsForStartsAfterATickThenQueuedWorkWakesIt)
   ASSERT_FALSE(e->submit(next.task(++seq)));
   ASSERT_TRUE(finishes_within(next, 5000ms));
   EXPECT_NE(next.ran_on->load(), std::this_thread::get_id());
-  // Woken, it starts within the scheduler's latency; unwoken, at the next tick (200 ms).
-  EXPECT_LT(Clock::now() - t0, 100ms) << "queued work after an unwaited collective waited for the tick";
+  // Woken, it starts within the scheduler's latency; unwoken, a tick (2 s) after it was queued.
+  EXPECT_LT(Clock::now() - t0, 1s) << "queued work after an unwaited collective waited for the tick";
 }
 
 TEST(EngineDoze, ExpediteStartCudaCollectivesAndPointToPointWakeItAtOnce) {
@@ -140,7 +179,7 @@ TEST(EngineDoze, ExpediteStartCudaCollectivesAndPointToPointWakeItAtOnce) {
 TEST(EngineDoze, AfterTheWindowItSleepsUntilWoken) {
   auto e = dozing_engine(1ms, 30ms);
   uint64_t seq = 0;
-  make_it_doze(*e, seq);
+  make_it_doze(*e, seq, /*probe=*/false);
   std::this_thread::sleep_for(200ms);  // the window (30 ms) is over
   const size_t ticks = e->doze_ticks();
   std::this_thread::sleep_for(200ms);
