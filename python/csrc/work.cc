@@ -65,9 +65,9 @@ c10::intrusive_ptr<SmddpWork> SmddpWork::start(int rank, ::c10d::OpType type, st
 bool SmddpWork::wait(std::chrono::milliseconds timeout) {
   // With a timeout, c10d's wait must be able to give up: no running a collective here, but the
   // engine starts it now rather than a dozing tick after it was queued.
-  if (timeout != ::kNoTimeout)
+  if (timeout != ::kNoTimeout) {
     for (auto& op : ops_) op.expedite();
-  if (timeout == ::kNoTimeout) {
+  } else {
     for (auto& op : ops_) {
       try {
         op.wait();
