@@ -104,6 +104,10 @@ std::string random_token() {
   return os.str();
 }
 
+// What rank 0 puts in the Store instead of the segment's name when it cannot make it (a name
+// always starts with '/'), followed by the reason.
+const std::string kSetupFailed = "!failed: ";
+
 std::string ranks_str(const std::vector<int>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -169,7 +173,24 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
   auto deadline = Clock::now() + timeout;
   if (rank == 0) {
     std::string name = "/smddp-" + std::to_string(::getpid()) + "-" + random_token();
-    seg_ = Segment::create(name, total);
+    try {
+      seg_ = Segment::create(name, total);
+    } catch (const SystemError& e) {
+      std::string why = e.what();
+      if (dynamic_cast<const NoRoomError*>(&e)) {
+        const std::string n = std::to_string(size);
+        why += ": the node's " + n + " ranks share 2 x " + n + " staging slots of " +
+               std::to_string(cfg_.slot_bytes) + " bytes (SMDDP_SHM_CHUNK) and " + n + " x " + n + " FIFOs of " +
+               std::to_string(cfg_.fifo_bytes) +
+               " (SMDDP_SHM_FIFO); give /dev/shm more room (docker run --shm-size=1g; on Kubernetes an emptyDir "
+               "of medium Memory at /dev/shm) or lower those two settings";
+      }
+      // The node's other ranks wait for the name: hand them the reason instead, so that every
+      // rank fails now with it, not at the timeout with none.
+      const std::string failed = kSetupFailed + why.substr(why.rfind("smddp: ", 0) == 0 ? 7 : 0);
+      store.set("shm/name", std::vector<uint8_t>(failed.begin(), failed.end()));
+      throw SystemError(why);
+    }
     auto* h = new (seg_.data()) Header{};
     h->magic = kMagic;
     h->size = static_cast<uint32_t>(size);
@@ -178,7 +199,11 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
     store.set("shm/name", std::vector<uint8_t>(name.begin(), name.end()));
   } else {
     auto v = store.get("shm/name", timeout);
-    seg_ = Segment::open(std::string(v.begin(), v.end()), total);
+    const std::string name(v.begin(), v.end());
+    if (name.rfind(kSetupFailed, 0) == 0)
+      throw SystemError("smddp: rank " + std::to_string(global(rank)) + ": rank " + std::to_string(global(0)) +
+                        " could not make the node's shared memory: " + name.substr(kSetupFailed.size()));
+    seg_ = Segment::open(name, total);
     if (header()->magic != kMagic || header()->size != static_cast<uint32_t>(size) ||
         header()->slot_bytes != cfg_.slot_bytes || header()->fifo_bytes != cfg_.fifo_bytes)
       throw InvalidArgument("smddp: rank " + std::to_string(rank) +

@@ -3,15 +3,25 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
 #include "smddp/errors.h"
 
 namespace smddp::shm {
+
+// "N bytes free of M" for /dev/shm, where glibc's shm_open puts segments.
+static std::string shm_space() {
+  struct statvfs v {};
+  if (::statvfs("/dev/shm", &v) != 0) return "its free space unknown";
+  return "/dev/shm has " + std::to_string(static_cast<uint64_t>(v.f_bavail) * v.f_frsize) + " bytes free of " +
+         std::to_string(static_cast<uint64_t>(v.f_blocks) * v.f_frsize);
+}
 
 static SystemError sys_error(const std::string& what, const std::string& name) {
   return SystemError("smddp: " + what + " of shared memory '" + name + "' failed: " + std::strerror(errno));
@@ -35,6 +45,20 @@ Segment Segment::create(const std::string& name, size_t bytes) {
     ::shm_unlink(name.c_str());
     errno = e;
     throw sys_error("ftruncate", name);
+  }
+  // Reserve the pages now. tmpfs hands them out when first touched, and a touch past a full
+  // /dev/shm (a container's is 64 MiB unless raised) is a SIGBUS in the middle of a collective;
+  // reserved here, a short /dev/shm is an error at setup instead (NCCL's shm transport does the
+  // same). posix_fallocate returns its error rather than setting errno.
+  int err;
+  do {
+    err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  } while (err == EINTR);
+  if (err != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    throw NoRoomError("smddp: cannot reserve " + std::to_string(bytes) + " bytes of shared memory for '" + name +
+                      "' in /dev/shm (" + std::strerror(err) + "; " + shm_space() + ")");
   }
   try {
     s.data_ = map(fd, bytes, name);

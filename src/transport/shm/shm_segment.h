@@ -4,12 +4,22 @@
 #include <cstddef>
 #include <string>
 
+#include "smddp/errors.h"
+
 namespace smddp::shm {
+
+// /dev/shm has no room for a new segment (create's reservation failed): the caller can say what
+// its layout needs. Caught inside the library; users see a SystemError.
+class NoRoomError : public SystemError {
+ public:
+  using SystemError::SystemError;
+};
 
 class Segment {
  public:
   Segment() = default;
-  // Creates a new segment (O_EXCL, mode 0600), sized and zero-filled.
+  // Creates a new segment (O_EXCL, mode 0600), sized and zero-filled, its pages reserved in
+  // /dev/shm: a /dev/shm without room for it is a SystemError here, never a SIGBUS later.
   static Segment create(const std::string& name, size_t bytes);
   // Maps an existing segment created by another process of the same user.
   static Segment open(const std::string& name, size_t bytes);
