@@ -1,9 +1,13 @@
-"""The package: alias module, python -m smddp.info, errors and timeouts as Python exceptions."""
+"""The package: alias module, python -m smddp.info, errors and timeouts as Python exceptions, a
+/dev/shm without room."""
 import os
+import shutil
 import subprocess
 import sys
 
-from conftest import WORKERS, assert_all_ok, child_env, torchrun
+import pytest
+
+from conftest import REPO, WORKERS, assert_all_ok, child_env, free_port, torchrun
 
 SCRIPT = os.path.join(WORKERS, "alias_and_errors.py")
 
@@ -19,6 +23,17 @@ def test_bad_arguments_are_python_exceptions(smddp_built):
 def test_init_timeout_is_honoured_and_names_the_missing_rank(smddp_built):
     p = torchrun(SCRIPT, 2, "timeout", timeout=120)
     assert "rank 0 ALL OK" in p.stdout, (p.stdout + p.stderr)[-5000:]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root and unshare, to give the ranks a small /dev/shm of their own")
+def test_a_dev_shm_without_room_is_a_clear_error_on_every_rank(smddp_built):
+    # A container's /dev/shm (Docker: 64 MiB) in miniature, in a private mount namespace.
+    cmd = ["unshare", "--mount", "sh", "-c", 'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$@"', "sh",
+           sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+           SCRIPT, "small_shm"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=child_env(), cwd=REPO)
+    assert_all_ok(p, 2)
 
 
 def test_info_reports_version_build_and_settings(smddp_built):

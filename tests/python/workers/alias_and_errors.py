@@ -1,4 +1,5 @@
-"""The SageMaker alias import, the timeout of init_process_group, and errors as Python exceptions."""
+"""The SageMaker alias import, the timeout of init_process_group, errors as Python exceptions, and a
+/dev/shm without room."""
 import datetime
 import os
 import sys
@@ -12,6 +13,20 @@ from common import checker
 
 check, done = checker()
 mode = sys.argv[1]
+if mode == "small_shm":
+    # test_package.py starts the ranks in a 1 MiB /dev/shm: setup fails on every rank, at once,
+    # saying what /dev/shm lacks and what to change (before, a collective died of SIGBUS).
+    t0 = time.time()
+    try:
+        dist.init_process_group(backend="smddp", timeout=datetime.timedelta(seconds=60))
+        check("init_process_group in a 1 MiB /dev/shm raises", False, "it returned")
+    except Exception as e:  # noqa: BLE001 (whatever torch wraps it in, the message is what counts)
+        msg = str(e)
+        check("the error says /dev/shm has no room", "cannot reserve" in msg and "/dev/shm" in msg, msg)
+        check("the error names the settings and the fix", "SMDDP_SHM_CHUNK" in msg and "--shm-size" in msg, msg)
+        check("it comes at once, not at the 60 s timeout", time.time() - t0 < 30, f"{time.time() - t0:.1f} s")
+    done()
+    sys.exit(0)
 dist.init_process_group(backend="smddp", timeout=datetime.timedelta(seconds=3))
 rank, world = dist.get_rank(), dist.get_world_size()
 
