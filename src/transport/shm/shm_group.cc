@@ -107,6 +107,9 @@ std::string random_token() {
 // What rank 0 puts in the Store instead of the segment's name when it cannot make it (a name
 // always starts with '/'), followed by the reason.
 const std::string kSetupFailed = "!failed: ";
+// The fix a NoRoomError's message ends with.
+const std::string kMoreRoom =
+    "give /dev/shm more room (docker run --shm-size=1g; on Kubernetes an emptyDir of medium Memory at /dev/shm)";
 
 std::string ranks_str(const std::vector<int>& v) {
   std::string s = "[";
@@ -157,6 +160,7 @@ struct Group::FifoCtl {
 Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout,
              std::vector<int> global_ranks)
     : rank_(rank), size_(size), cfg_(cfg), fifo_owner_(2 * static_cast<size_t>(size), nullptr),
+      fifo_reserved_(static_cast<size_t>(size) * size, 0),
       seen_(static_cast<size_t>(size), 0), global_(std::move(global_ranks)) {
   cfg_.slot_bytes = round_up(std::max<size_t>(cfg_.slot_bytes, kPage), kPage);
   size_t fifo = kPage;
@@ -174,16 +178,15 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
   if (rank == 0) {
     std::string name = "/smddp-" + std::to_string(::getpid()) + "-" + random_token();
     try {
-      seg_ = Segment::create(name, total);
+      // Everything but the point-to-point FIFOs, which most jobs never use: fifo() reserves
+      // each one the first time it is touched.
+      seg_ = Segment::create(name, total, fifo_off_);
     } catch (const SystemError& e) {
       std::string why = e.what();
       if (dynamic_cast<const NoRoomError*>(&e)) {
         const std::string n = std::to_string(size);
         why += ": the node's " + n + " ranks share 2 x " + n + " staging slots of " +
-               std::to_string(cfg_.slot_bytes) + " bytes (SMDDP_SHM_CHUNK) and " + n + " x " + n + " FIFOs of " +
-               std::to_string(cfg_.fifo_bytes) +
-               " (SMDDP_SHM_FIFO); give /dev/shm more room (docker run --shm-size=1g; on Kubernetes an emptyDir "
-               "of medium Memory at /dev/shm) or lower those two settings";
+               std::to_string(cfg_.slot_bytes) + " bytes (SMDDP_SHM_CHUNK); " + kMoreRoom + " or lower SMDDP_SHM_CHUNK";
       }
       // The node's other ranks wait for the name: hand them the reason instead, so that every
       // rank fails now with it, not at the timeout with none.
@@ -256,8 +259,19 @@ std::byte* Group::slot(int r, int parity) const {
 }
 uint64_t* Group::words(int r, int parity) const { return ctl(r)->words[parity]; }
 Group::FifoCtl* Group::fifo(int src, int dst) const {
-  return reinterpret_cast<FifoCtl*>(static_cast<std::byte*>(seg_.data()) + fifo_off_ +
-                                    (static_cast<size_t>(src) * size_ + dst) * fifo_stride_);
+  const size_t pair = static_cast<size_t>(src) * size_ + dst;
+  const size_t offset = fifo_off_ + pair * fifo_stride_;
+  if (!fifo_reserved_[pair]) {
+    try {
+      seg_.reserve(offset, fifo_stride_);
+    } catch (const NoRoomError& e) {
+      throw SystemError(std::string(e.what()) + ": the point-to-point FIFO from rank " + std::to_string(global(src)) +
+                        " to rank " + std::to_string(global(dst)) + " (" + std::to_string(cfg_.fifo_bytes) +
+                        " bytes, SMDDP_SHM_FIFO); " + kMoreRoom + " or lower SMDDP_SHM_FIFO");
+    }
+    fifo_reserved_[pair] = 1;
+  }
+  return reinterpret_cast<FifoCtl*>(static_cast<std::byte*>(seg_.data()) + offset);
 }
 std::byte* Group::fifo_data(int src, int dst) const { return reinterpret_cast<std::byte*>(fifo(src, dst)) + kPage; }
 

@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -33,41 +34,16 @@ static void* map(int fd, size_t bytes, const std::string& name) {
   return p;
 }
 
-Segment Segment::create(const std::string& name, size_t bytes) {
+Segment Segment::create(const std::string& name, size_t bytes, size_t reserved) {
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) throw sys_error("shm_open(create)", name);
-  Segment s;
+  Segment s;  // from here on its destructor closes, unlinks and unmaps whatever throws
   s.name_ = name;
   s.owner_ = true;
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int e = errno;
-    ::close(fd);
-    ::shm_unlink(name.c_str());
-    errno = e;
-    throw sys_error("ftruncate", name);
-  }
-  // Reserve the pages now. tmpfs hands them out when first touched, and a touch past a full
-  // /dev/shm (a container's is 64 MiB unless raised) is a SIGBUS in the middle of a collective;
-  // reserved here, a short /dev/shm is an error at setup instead (NCCL's shm transport does the
-  // same). posix_fallocate returns its error rather than setting errno.
-  int err;
-  do {
-    err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-  } while (err == EINTR);
-  if (err != 0) {
-    ::close(fd);
-    ::shm_unlink(name.c_str());
-    throw NoRoomError("smddp: cannot reserve " + std::to_string(bytes) + " bytes of shared memory for '" + name +
-                      "' in /dev/shm (" + std::strerror(err) + "; " + shm_space() + ")");
-  }
-  try {
-    s.data_ = map(fd, bytes, name);
-  } catch (...) {
-    ::close(fd);
-    ::shm_unlink(name.c_str());
-    throw;
-  }
-  ::close(fd);
+  s.fd_ = fd;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) throw sys_error("ftruncate", name);
+  s.reserve(0, std::min(reserved, bytes));
+  s.data_ = map(fd, bytes, name);
   s.size_ = bytes;
   return s;
 }
@@ -75,29 +51,36 @@ Segment Segment::create(const std::string& name, size_t bytes) {
 Segment Segment::open(const std::string& name, size_t bytes) {
   int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) throw sys_error("shm_open", name);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
-    ::close(fd);
-    throw SystemError("smddp: shared memory '" + name + "' is smaller than expected");
-  }
-  // Only a segment of this user's (rank 0 of the node created it, mode 0600): a name in the Store
-  // that points at another user's segment, however readable, is refused (docs/security.md).
-  if (st.st_uid != ::geteuid()) {
-    ::close(fd);
-    throw SystemError("smddp: shared memory '" + name + "' belongs to uid " + std::to_string(st.st_uid) +
-                      ", not to this process's (" + std::to_string(::geteuid()) + ")");
-  }
   Segment s;
   s.name_ = name;
-  try {
-    s.data_ = map(fd, bytes, name);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  s.fd_ = fd;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes)
+    throw SystemError("smddp: shared memory '" + name + "' is smaller than expected");
+  // Only a segment of this user's (rank 0 of the node created it, mode 0600): a name in the Store
+  // that points at another user's segment, however readable, is refused (docs/security.md).
+  if (st.st_uid != ::geteuid())
+    throw SystemError("smddp: shared memory '" + name + "' belongs to uid " + std::to_string(st.st_uid) +
+                      ", not to this process's (" + std::to_string(::geteuid()) + ")");
+  s.data_ = map(fd, bytes, name);
   s.size_ = bytes;
   return s;
+}
+
+// tmpfs hands out a page when it is first touched, and a touch past a full /dev/shm (a
+// container's is 64 MiB unless raised) is a SIGBUS in the middle of a collective. Reserved
+// first, a short /dev/shm is an error at a point that can say what needed the room (NCCL's shm
+// transport reserves too). posix_fallocate returns its error rather than setting errno; on a
+// range already reserved it allocates nothing.
+void Segment::reserve(size_t offset, size_t bytes) const {
+  if (bytes == 0) return;
+  int err;
+  do {
+    err = ::posix_fallocate(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes));
+  } while (err == EINTR);
+  if (err != 0)
+    throw NoRoomError("smddp: cannot reserve " + std::to_string(bytes) + " bytes of shared memory for '" + name_ +
+                      "' in /dev/shm (" + std::strerror(err) + "; " + shm_space() + ")");
 }
 
 void Segment::unlink() {
@@ -109,6 +92,8 @@ void Segment::unlink() {
 
 void Segment::reset() {
   if (data_) ::munmap(data_, size_);
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   unlink();
   data_ = nullptr;
   size_ = 0;
@@ -125,6 +110,7 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
     owner_ = std::exchange(o.owner_, false);
+    fd_ = std::exchange(o.fd_, -1);
   }
   return *this;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "smddp/errors.h"
@@ -18,11 +19,15 @@ class NoRoomError : public SystemError {
 class Segment {
  public:
   Segment() = default;
-  // Creates a new segment (O_EXCL, mode 0600), sized and zero-filled, its pages reserved in
-  // /dev/shm: a /dev/shm without room for it is a SystemError here, never a SIGBUS later.
-  static Segment create(const std::string& name, size_t bytes);
+  // Creates a new segment (O_EXCL, mode 0600), sized and zero-filled, with its first `reserved`
+  // bytes' pages (all by default) reserved in /dev/shm: a NoRoomError when they do not fit.
+  static Segment create(const std::string& name, size_t bytes, size_t reserved = SIZE_MAX);
   // Maps an existing segment created by another process of the same user.
   static Segment open(const std::string& name, size_t bytes);
+  // Reserves the pages of [offset, offset + bytes) in /dev/shm before anything touches them: a
+  // /dev/shm without room is a NoRoomError here, never a SIGBUS at the touch. Idempotent; through
+  // any process's mapping of the segment, also after unlink().
+  void reserve(size_t offset, size_t bytes) const;
   ~Segment();
   Segment(Segment&& o) noexcept;
   Segment& operator=(Segment&& o) noexcept;
@@ -41,6 +46,7 @@ class Segment {
   void* data_ = nullptr;
   size_t size_ = 0;
   bool owner_ = false;  // the creator unlinks on destruction if nobody did yet
+  int fd_ = -1;         // kept open for reserve()
 };
 
 }  // namespace smddp::shm
