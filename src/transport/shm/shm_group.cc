@@ -160,7 +160,7 @@ struct Group::FifoCtl {
 Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout,
              std::vector<int> global_ranks)
     : rank_(rank), size_(size), cfg_(cfg), fifo_owner_(2 * static_cast<size_t>(size), nullptr),
-      fifo_reserved_(static_cast<size_t>(size) * size, 0),
+      ring_reserved_(static_cast<size_t>(size), 0),
       seen_(static_cast<size_t>(size), 0), global_(std::move(global_ranks)) {
   cfg_.slot_bytes = round_up(std::max<size_t>(cfg_.slot_bytes, kPage), kPage);
   size_t fifo = kPage;
@@ -178,9 +178,13 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
   if (rank == 0) {
     std::string name = "/smddp-" + std::to_string(::getpid()) + "-" + random_token();
     try {
-      // Everything but the point-to-point FIFOs, which most jobs never use: fifo() reserves
-      // each one the first time it is touched.
+      // Everything but the rings of the point-to-point FIFOs, which most jobs never use: a
+      // sender reserves its ring before its first push (fifo_push), and a receiver reads a ring
+      // only where its sender wrote. Their control pages (head, tail) are read by receivers that
+      // wait on any rank, so they are reserved here with the rest.
       seg_ = Segment::create(name, total, fifo_off_);
+      for (size_t pair = 0; pair < static_cast<size_t>(size) * size; ++pair)
+        seg_.reserve(fifo_off_ + pair * fifo_stride_, kPage);
     } catch (const SystemError& e) {
       std::string why = e.what();
       if (dynamic_cast<const NoRoomError*>(&e)) {
@@ -259,19 +263,8 @@ std::byte* Group::slot(int r, int parity) const {
 }
 uint64_t* Group::words(int r, int parity) const { return ctl(r)->words[parity]; }
 Group::FifoCtl* Group::fifo(int src, int dst) const {
-  const size_t pair = static_cast<size_t>(src) * size_ + dst;
-  const size_t offset = fifo_off_ + pair * fifo_stride_;
-  if (!fifo_reserved_[pair]) {
-    try {
-      seg_.reserve(offset, fifo_stride_);
-    } catch (const NoRoomError& e) {
-      throw SystemError(std::string(e.what()) + ": the point-to-point FIFO from rank " + std::to_string(global(src)) +
-                        " to rank " + std::to_string(global(dst)) + " (" + std::to_string(cfg_.fifo_bytes) +
-                        " bytes, SMDDP_SHM_FIFO); " + kMoreRoom + " or lower SMDDP_SHM_FIFO");
-    }
-    fifo_reserved_[pair] = 1;
-  }
-  return reinterpret_cast<FifoCtl*>(static_cast<std::byte*>(seg_.data()) + offset);
+  return reinterpret_cast<FifoCtl*>(static_cast<std::byte*>(seg_.data()) + fifo_off_ +
+                                    (static_cast<size_t>(src) * size_ + dst) * fifo_stride_);
 }
 std::byte* Group::fifo_data(int src, int dst) const { return reinterpret_cast<std::byte*>(fifo(src, dst)) + kPage; }
 
@@ -517,6 +510,16 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
 }
 
 size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
+  if (!ring_reserved_[static_cast<size_t>(dst)]) {
+    try {
+      seg_.reserve(static_cast<size_t>(fifo_data(rank_, dst) - static_cast<std::byte*>(seg_.data())), cfg_.fifo_bytes);
+    } catch (const NoRoomError& e) {
+      throw SystemError(std::string(e.what()) + ": the point-to-point FIFO from rank " + std::to_string(global(rank_)) +
+                        " to rank " + std::to_string(global(dst)) + " (" + std::to_string(cfg_.fifo_bytes) +
+                        " bytes, SMDDP_SHM_FIFO); " + kMoreRoom + " or lower SMDDP_SHM_FIFO");
+    }
+    ring_reserved_[static_cast<size_t>(dst)] = 1;
+  }
   FifoCtl* f = fifo(rank_, dst);
   const uint64_t head = f->head.load(std::memory_order_relaxed);
   const uint64_t tail = f->tail.load(std::memory_order_acquire);  // the peer's: fifo_ring.h

@@ -155,9 +155,9 @@ class Group {
   bool departed_ = false;
   std::function<void()> idle_;
   std::vector<const void*> fifo_owner_;  // [outgoing * size_ + peer]: the op moving a message
-  // [src * size_ + dst]: this process reserved that FIFO's pages (fifo()); touched, like
+  // [dst]: this rank reserved the ring of its FIFO to dst (fifo_push); touched, like
   // fifo_owner_, only by the thread moving point-to-point messages.
-  mutable std::vector<uint8_t> fifo_reserved_;
+  std::vector<uint8_t> ring_reserved_;
   uint64_t announcements_ = 0;
   bool fp_pending_ = false;
   uint64_t fp_hash_ = 0;  // of the last announced fingerprint, carried in every step word

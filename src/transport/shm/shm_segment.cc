@@ -78,9 +78,11 @@ void Segment::reserve(size_t offset, size_t bytes) const {
   do {
     err = ::posix_fallocate(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes));
   } while (err == EINTR);
-  if (err != 0)
-    throw NoRoomError("smddp: cannot reserve " + std::to_string(bytes) + " bytes of shared memory for '" + name_ +
-                      "' in /dev/shm (" + std::strerror(err) + "; " + shm_space() + ")");
+  if (err == 0) return;
+  const std::string what = "smddp: cannot reserve " + std::to_string(bytes) + " bytes of shared memory for '" + name_ +
+                           "' in /dev/shm (" + std::strerror(err) + "; " + shm_space() + ")";
+  if (err == ENOSPC) throw NoRoomError(what);
+  throw SystemError(what);  // ENOMEM (a memory cgroup's limit), EFBIG, ...: not /dev/shm's size
 }
 
 void Segment::unlink() {
