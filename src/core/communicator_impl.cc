@@ -86,8 +86,14 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
 #ifdef SMDDP_HAVE_LIBFABRIC
     // Shared memory among this node's ranks (keys of their own), libfabric among all ranks.
     PrefixStore node_store("node" + std::to_string(topo_.node()) + "/", store_);
-    shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
-                                        group_config(topo_.local_size()), options_.timeout, topo_.local_ranks());
+    try {
+      shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
+                                          group_config(topo_.local_size()), options_.timeout, topo_.local_ranks());
+    } catch (const Error& e) {
+      // Ranks on other nodes wait for this one's address next: give them the reason.
+      ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
+      throw;
+    }
     net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, topo_.local_rank(), options_.timeout);
     pair_order_ = PairOrder(size);
     shm_->set_idle_hook([ep = net_.get()] { ep->progress(); });

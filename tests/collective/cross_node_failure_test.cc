@@ -1,5 +1,6 @@
 // Across nodes: a rank killed mid-run (kill -9) makes every other rank, on its node and on the
-// others, raise an error naming it within the timeout; and the hierarchical allreduce, allgather
+// others, raise an error naming it within the timeout, as does a node that cannot make its
+// shared memory; and the hierarchical allreduce, allgather
 // and reduce_scatter send each host's optimum over its link (veth counters), printed beside the
 // direct algorithms' measured bytes and a flat ring's computed ones.
 #include <gtest/gtest.h>
@@ -102,6 +103,34 @@ TEST(CrossNodeFailure, KilledDuringA64MiBAllreduceIsNamedOnEveryNode) {
 // must not let the sending side run ahead of a receiver: every collective it got ahead by would
 // sit in the receiver's provider as unexpected messages, without bound. So while the receiving
 // ranks sleep, the root's 200 broadcasts (and the senders' 200 reduces) cannot all complete.
+// A node whose shared memory cannot be made (a container's /dev/shm without room) fails its own
+// ranks at setup; a rank on another node, waiting for their addresses, fails at once too, with
+// their reason, instead of at its setup timeout with none. Pretend nodes over loopback, all in
+// one small /dev/shm: three ranks on host0 need 1.5 MiB of slots, host1's one rank 0.5 MiB.
+TEST(CrossNodeFailure, ANodeWithoutSharedMemoryFailsEveryNodeAtOnce) {
+  const std::string out = with_small_dev_shm("1m", [] {
+    RunOptions ro;
+    ro.env = {{"FI_TCP_IFACE", "lo"}, {"SMDDP_SHM_CHUNK", "256k"}};
+    for (int host : {0, 0, 0, 1}) ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(host)}});
+    auto res = run_ranks(
+        4,
+        [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+          Options o;
+          o.timeout = 60s;
+          const auto t0 = std::chrono::steady_clock::now();
+          expect_throw<SystemError>(rep, "setup", [&] { Communicator c(store, rank, w, o); },
+                                    rank == 3 ? "rank 3: rank 0 failed to set up: cannot reserve"
+                                              : "give /dev/shm more room");
+          const auto took = std::chrono::steady_clock::now() - t0;
+          if (took > 15s) rep.fail("the error took " + std::to_string(took / 1ms) + " ms, not moments");
+        },
+        ro);
+    return res.ok() ? std::string("ok") : res.summary();
+  });
+  if (out.rfind("skip: ", 0) == 0) GTEST_SKIP() << out.substr(6);
+  EXPECT_EQ(out, "ok");
+}
+
 TEST(CrossNodeFlowControl, SendersCannotRunAheadOfReceivers) {
   NetnsHosts hosts(2);
   RunOptions ro = hosts_options(hosts, 2, 1);

@@ -6,12 +6,15 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -274,6 +277,46 @@ uint64_t NetnsHosts::tcp_retransmits(int host) const {
                               " awk '/^Tcp:/ { if (!n) { for (i = 1; i <= NF; i++) if ($i == \"RetransSegs\") f = i; n = 1 }"
                               " else print $f }' /proc/net/snmp");
   return v.empty() ? 0 : std::stoull(v);
+}
+
+// Runs `body` in a child process with a /dev/shm of its own (a private mount namespace and a
+// tmpfs of `size`, as a container's) and returns what it returned; "skip: why" where this
+// machine cannot make one (no root, no mount namespaces).
+std::string with_small_dev_shm(const char* size, const std::function<std::string()>& body) {
+  if (::geteuid() != 0) return "skip: needs root, to mount a small /dev/shm in a private mount namespace";
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return std::string("pipe: ") + std::strerror(errno);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    std::string out;
+    const std::string opts = std::string("size=") + size;
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, opts.c_str()) != 0)
+      out = std::string("skip: no private /dev/shm here: ") + std::strerror(errno);
+    else
+      try {
+        out = body();
+      } catch (const std::exception& e) {  // never unwind into gtest in this child
+        out = std::string("the body threw: ") + e.what();
+      }
+    size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = ::write(pipe_fds[1], out.data() + done, out.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (!WIFEXITED(status)) return "the child died (status " + std::to_string(status) + "): " + out;
+  return out;
 }
 
 }  // namespace smddp::testing

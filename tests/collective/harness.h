@@ -103,6 +103,11 @@ void expect_throw(Report& rep, const std::string& what, F f, const std::string& 
   }
 }
 
+// Runs `body` in a child process with a /dev/shm of its own (a private mount namespace and a
+// tmpfs of `size`, as a container's) and returns what it returned; "skip: why" where this
+// machine cannot make one (no root, no mount namespaces).
+std::string with_small_dev_shm(const char* size, const std::function<std::string()>& body);
+
 // Names of our segments in /dev/shm created by any of `pids` (empty when none).
 std::vector<std::string> shm_leftovers(const std::vector<int>& pids);
 int thread_count();

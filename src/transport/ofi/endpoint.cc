@@ -7,6 +7,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -28,6 +29,21 @@
 namespace smddp::ofi {
 
 namespace {
+
+// Starts what publish_setup_failure() leaves instead of a rank's address or the job token
+// (neither is ever text that starts so: an address is the provider's, the token random bytes of
+// a fixed size, job_key.h).
+const std::string kSetupFailed = "!setup failed: ";
+
+// A record another rank publishes at setup, or the reason it failed to.
+std::vector<uint8_t> setup_record(Store& store, const std::string& key, int rank, int from,
+                                  std::chrono::milliseconds timeout) {
+  std::vector<uint8_t> v = store.get(key, timeout);
+  if (v.size() >= kSetupFailed.size() && std::equal(kSetupFailed.begin(), kSetupFailed.end(), v.begin()))
+    throw SystemError("smddp: rank " + std::to_string(rank) + ": rank " + std::to_string(from) +
+                      " failed to set up: " + std::string(v.begin() + static_cast<long>(kSetupFailed.size()), v.end()));
+  return v;
+}
 
 std::string fi_error(const char* what, ssize_t rc) {
   return std::string("smddp: libfabric ") + what + " failed: " + fi_strerror(static_cast<int>(-rc)) + " (" +
@@ -434,7 +450,7 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
 
   // The communicator's key, before any address is known to anyone (job_key.h).
   if (rank == 0) store.set(kJobTokenKey, new_job_token());
-  m.key = job_key(store.get(kJobTokenKey, timeout));
+  m.key = job_key(setup_record(store, kJobTokenKey, rank, 0, timeout));
   m.sweep = std::make_unique<ForeignSweep>(m.key, constant_tag_bits(size, kRankBits), std::chrono::milliseconds(100));
 
   std::vector<uint8_t> name(256);
@@ -444,7 +460,7 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   store.set("ofi/addr/" + std::to_string(rank), name);
   m.addrs.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
-    std::vector<uint8_t> peer = store.get("ofi/addr/" + std::to_string(r), timeout);
+    std::vector<uint8_t> peer = setup_record(store, "ofi/addr/" + std::to_string(r), rank, r, timeout);
     if (auto problem = address_record_problem(peer.size(), name.size()); !problem.empty())
       throw SystemError("smddp: rank " + std::to_string(rank) + " cannot reach rank " + std::to_string(r) +
                         " over libfabric: " + problem);
@@ -459,6 +475,13 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
                         << m.max_msg << " B" << (m.need_mr ? ", local memory registration" : "")
                         << ", job key from the Store's token (foreign messages swept over " << m.sweep->bits().size()
                         << " tag bits)";
+}
+
+void Endpoint::publish_setup_failure(Store& store, int rank, const std::string& why) {
+  const std::string text = kSetupFailed + why.substr(why.rfind("smddp: ", 0) == 0 ? 7 : 0);
+  const std::vector<uint8_t> v(text.begin(), text.end());
+  if (rank == 0) store.set(kJobTokenKey, v);
+  store.set("ofi/addr/" + std::to_string(rank), v);
 }
 
 Endpoint::~Endpoint() = default;

@@ -34,6 +34,10 @@ class Endpoint {
   // local rank picks), publishes the endpoint's address under "ofi/addr/<rank>", and inserts
   // every rank's address into the address vector.
   Endpoint(Store& store, int rank, int size, int local_rank, std::chrono::milliseconds timeout);
+  // For a rank that failed before making its endpoint (its node's shared memory, say): leaves
+  // `why` where the other ranks' constructors wait for this rank (its address; the job token
+  // for rank 0), so that they fail at once with it instead of at the timeout.
+  static void publish_setup_failure(Store& store, int rank, const std::string& why);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
