@@ -7,7 +7,6 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -16,6 +15,7 @@
 #include <unordered_set>
 
 #include "core/config.h"
+#include "core/failure_record.h"
 #include "core/logging.h"
 #include "smddp/errors.h"
 #include "topology/pci.h"
@@ -30,18 +30,13 @@ namespace smddp::ofi {
 
 namespace {
 
-// Starts what publish_setup_failure() leaves instead of a rank's address or the job token
-// (neither is ever text that starts so: an address is the provider's, the token random bytes of
-// a fixed size, job_key.h).
-const std::string kSetupFailed = "!setup failed: ";
-
 // A record another rank publishes at setup, or the reason it failed to.
 std::vector<uint8_t> setup_record(Store& store, const std::string& key, int rank, int from,
                                   std::chrono::milliseconds timeout) {
   std::vector<uint8_t> v = store.get(key, timeout);
-  if (v.size() >= kSetupFailed.size() && std::equal(kSetupFailed.begin(), kSetupFailed.end(), v.begin()))
+  if (auto why = failure_in(v))
     throw SystemError("smddp: rank " + std::to_string(rank) + ": rank " + std::to_string(from) +
-                      " failed to set up: " + std::string(v.begin() + static_cast<long>(kSetupFailed.size()), v.end()));
+                      " failed to set up: " + *why);
   return v;
 }
 
@@ -478,8 +473,7 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
 }
 
 void Endpoint::publish_setup_failure(Store& store, int rank, const std::string& why) {
-  const std::string text = kSetupFailed + why.substr(why.rfind("smddp: ", 0) == 0 ? 7 : 0);
-  const std::vector<uint8_t> v(text.begin(), text.end());
+  const std::vector<uint8_t> v = failure_record(why);
   if (rank == 0) store.set(kJobTokenKey, v);
   store.set("ofi/addr/" + std::to_string(rank), v);
 }

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/failure_record.h"
 #include "smddp/errors.h"
 #include "transport/shm/fifo_ring.h"
 
@@ -104,9 +105,6 @@ std::string random_token() {
   return os.str();
 }
 
-// What rank 0 puts in the Store instead of the segment's name when it cannot make it (a name
-// always starts with '/'), followed by the reason.
-const std::string kSetupFailed = "!failed: ";
 // The fix a NoRoomError's message ends with.
 const std::string kMoreRoom =
     "give /dev/shm more room (docker run --shm-size=1g; on Kubernetes an emptyDir of medium Memory at /dev/shm)";
@@ -194,8 +192,7 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
       }
       // The node's other ranks wait for the name: hand them the reason instead, so that every
       // rank fails now with it, not at the timeout with none.
-      const std::string failed = kSetupFailed + why.substr(why.rfind("smddp: ", 0) == 0 ? 7 : 0);
-      store.set("shm/name", std::vector<uint8_t>(failed.begin(), failed.end()));
+      store.set("shm/name", failure_record(why));
       throw SystemError(why);
     }
     auto* h = new (seg_.data()) Header{};
@@ -206,11 +203,10 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
     store.set("shm/name", std::vector<uint8_t>(name.begin(), name.end()));
   } else {
     auto v = store.get("shm/name", timeout);
-    const std::string name(v.begin(), v.end());
-    if (name.rfind(kSetupFailed, 0) == 0)
+    if (auto why = failure_in(v))
       throw SystemError("smddp: rank " + std::to_string(global(rank)) + ": rank " + std::to_string(global(0)) +
-                        " could not make the node's shared memory: " + name.substr(kSetupFailed.size()));
-    seg_ = Segment::open(name, total);
+                        " could not make the node's shared memory: " + *why);
+    seg_ = Segment::open(std::string(v.begin(), v.end()), total);
     if (header()->magic != kMagic || header()->size != static_cast<uint32_t>(size) ||
         header()->slot_bytes != cfg_.slot_bytes || header()->fifo_bytes != cfg_.fifo_bytes)
       throw InvalidArgument("smddp: rank " + std::to_string(rank) +
