@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -135,7 +136,14 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
           auto store = std::make_shared<FileStore>(dir + "/store");
           fn(r, world, store, report);
         }
-        const int threads_after = thread_count();
+        // A thread join() returned for may still be listed for a moment: the kernel wakes the
+        // joiner (clears the tid) before it reaps the task. A leaked thread stays; give a joined
+        // one up to a second to go (a tight create/join loop here saw it half the time).
+        int threads_after = thread_count();
+        for (int i = 0; i < 1000 && threads_after > threads_before; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          threads_after = thread_count();
+        }
         if (threads_after != threads_before)
           report.fail("thread leak: " + std::to_string(threads_before) + " threads before, " +
                       std::to_string(threads_after) + " after");
