@@ -15,6 +15,7 @@
 #include "core/host_staging.h"
 #include "device/cuda.h"
 #include "device/device.h"
+#include "device/host_copy.h"
 #include "topology/topology.h"
 #ifdef SMDDP_HAVE_LIBFABRIC
 #include "core/cross_node_agreement.h"
@@ -78,6 +79,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   if (options_.timeout.count() <= 0) throw InvalidArgument("smddp: timeout must be positive");
   store_ = std::make_shared<PrefixStore>(next_store_prefix(*store, options_.name, rank), std::move(store));
   algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
+  device::host_copy_kind();     // and a bad SMDDP_HOST_COPY
   overrides_ = algorithms::parse_overrides(options_.algorithms);
   topo_ = topology::discover(*store_, rank, size, options_.timeout);
   multi_node_ = topo_.num_nodes() > 1;
@@ -136,7 +138,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       engine::Doze{std::chrono::microseconds(config::get_int("SMDDP_ENGINE_DOZE_US")),
                    std::chrono::microseconds(config::get_int("SMDDP_ENGINE_DOZE_WINDOW_US"))});
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
-                        << ", transport shm, reduce kernels " << reduce::isa();
+                        << ", transport shm, reduce kernels " << reduce::isa() << ", host copies "
+                        << device::host_copy_kind();
 }
 
 CommunicatorImpl::~CommunicatorImpl() {

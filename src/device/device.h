@@ -22,7 +22,7 @@ class Device {
   virtual void fence() {}
 };
 
-// Host memory: memcpy and the CPU reduction kernels.
+// Host memory: host_copy (host_copy.h) and the CPU reduction kernels.
 Device& host();
 
 }  // namespace smddp::device

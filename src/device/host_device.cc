@@ -1,6 +1,5 @@
-#include <cstring>
-
 #include "device/device.h"
+#include "device/host_copy.h"
 
 namespace smddp::device {
 
@@ -9,7 +8,7 @@ class HostDevice final : public Device {
  public:
   const char* name() const override { return "host"; }
   void copy(void* dst, const void* src, size_t bytes) override {
-    if (dst != src && bytes) std::memcpy(dst, src, bytes);
+    if (dst != src && bytes) host_copy(dst, src, bytes);
   }
   void reduce(const reduce::ReduceArgs& args) override { reduce::reduce(args); }
 };

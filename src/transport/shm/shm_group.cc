@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "core/failure_record.h"
+#include "device/host_copy.h"
 #include "smddp/errors.h"
 #include "transport/shm/fifo_ring.h"
 
@@ -522,8 +523,8 @@ size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
   const RingSpan s = push_span(head, tail, cfg_.fifo_bytes, bytes);
   if (s.bytes() == 0) return 0;
   std::byte* ring = fifo_data(rank_, dst);
-  std::memcpy(ring + s.pos, data, s.first);
-  std::memcpy(ring, static_cast<const std::byte*>(data) + s.first, s.second);
+  device::host_copy(ring + s.pos, data, s.first);
+  device::host_copy(ring, static_cast<const std::byte*>(data) + s.first, s.second);
   f->head.store(head + s.bytes(), std::memory_order_release);
   return s.bytes();
 }
@@ -553,8 +554,8 @@ void Group::fifo_peek(int src, void* data, size_t bytes) const {
   const FifoCtl* f = fifo(src, rank_);
   const RingSpan s = ring_span(f->tail.load(std::memory_order_relaxed), bytes, cfg_.fifo_bytes);
   const std::byte* ring = fifo_data(src, rank_);
-  std::memcpy(data, ring + s.pos, s.first);
-  std::memcpy(static_cast<std::byte*>(data) + s.first, ring, s.second);
+  device::host_copy(data, ring + s.pos, s.first);
+  device::host_copy(static_cast<std::byte*>(data) + s.first, ring, s.second);
 }
 
 size_t Group::fifo_pop(int src, void* data, size_t bytes) {
@@ -564,8 +565,8 @@ size_t Group::fifo_pop(int src, void* data, size_t bytes) {
   const RingSpan s = pop_span(head, tail, cfg_.fifo_bytes, bytes);
   if (s.bytes() == 0) return 0;
   const std::byte* ring = fifo_data(src, rank_);
-  std::memcpy(data, ring + s.pos, s.first);
-  std::memcpy(static_cast<std::byte*>(data) + s.first, ring, s.second);
+  device::host_copy(data, ring + s.pos, s.first);
+  device::host_copy(static_cast<std::byte*>(data) + s.first, ring, s.second);
   f->tail.store(tail + s.bytes(), std::memory_order_release);
   return s.bytes();
 }

@@ -1,0 +1,107 @@
+#include "device/host_copy.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/config.h"
+#include "smddp/errors.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace smddp::device {
+
+namespace {
+
+// Below this memcpy is a handful of vector moves whatever the alignment.
+constexpr size_t kLoopMin = 512;
+
+using CopyFn = void (*)(void*, const void*, size_t);
+
+#if defined(__x86_64__)
+// Stores aligned to the vector (the head is copied unaligned by memcpy), loads unaligned: the
+// source is the side out of step. Four vectors an iteration; the tail by memcpy.
+__attribute__((target("avx2"))) void copy_avx2(void* dst, const void* src, size_t n) {
+  auto* d = static_cast<char*>(dst);
+  auto* s = static_cast<const char*>(src);
+  const size_t head = (32 - (reinterpret_cast<uintptr_t>(d) & 31)) & 31;
+  std::memcpy(d, s, head);
+  size_t i = head;
+  for (; i + 128 <= n; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
+    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+  }
+  std::memcpy(d + i, s + i, n - i);
+}
+
+void copy_sse2(void* dst, const void* src, size_t n) {
+  auto* d = static_cast<char*>(dst);
+  auto* s = static_cast<const char*>(src);
+  const size_t head = (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15;
+  std::memcpy(d, s, head);
+  size_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_store_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  std::memcpy(d + i, s + i, n - i);
+}
+#endif
+
+struct Choice {
+  CopyFn loop;  // null: memcpy for every copy
+  const char* name;
+};
+
+// `kind` as SMDDP_HOST_COPY names it; auto: the best this CPU has.
+Choice choose(const std::string& kind) {
+  if (kind == "libc") return {nullptr, "libc"};
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  if (kind == "avx2" && avx2) return {copy_avx2, "avx2"};
+  if (kind == "sse2") return {copy_sse2, "sse2"};  // every x86-64 has SSE2
+  if (kind == "auto") return avx2 ? Choice{copy_avx2, "avx2"} : Choice{copy_sse2, "sse2"};
+#else
+  if (kind == "auto") return {nullptr, "libc"};
+#endif
+  throw InvalidArgument("smddp: SMDDP_HOST_COPY='" + kind +
+                        "' is not auto, libc or a vector loop this CPU runs (avx2, sse2 on x86-64)");
+}
+
+const Choice& choice() {
+  static const Choice c = choose(config::get_string("SMDDP_HOST_COPY"));
+  return c;
+}
+
+void copy_with(const Choice& c, void* dst, const void* src, size_t bytes) {
+  const bool co_aligned = ((reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src)) & 63) == 0;
+  if (c.loop && !co_aligned && bytes >= kLoopMin) c.loop(dst, src, bytes);
+  else std::memcpy(dst, src, bytes);
+}
+
+}  // namespace
+
+void host_copy(void* dst, const void* src, size_t bytes) { copy_with(choice(), dst, src, bytes); }
+
+void host_copy_as(const std::string& kind, void* dst, const void* src, size_t bytes) {
+  copy_with(choose(kind), dst, src, bytes);
+}
+
+const char* host_copy_kind() { return choice().name; }
+
+}  // namespace smddp::device
