@@ -15,8 +15,13 @@ namespace smddp::device {
 
 namespace {
 
-// Below this memcpy is a handful of vector moves whatever the alignment.
+// Below kLoopMin memcpy is a handful of vector moves whatever the alignment. glibc stops using
+// rep movsb above the L2 size (512 KiB a core here; a few MiB at most on today's CPUs) and
+// chooses non-temporal stores for copies far larger than the caches, which the loop lacks: from
+// kLoopMax on, memcpy again.
 constexpr size_t kLoopMin = 512;
+constexpr size_t kLoopMax = size_t{4} << 20;
+static_assert(kLoopMin >= 128, "the loops copy a head of up to 31 bytes and need n >= head");
 
 using CopyFn = void (*)(void*, const void*, size_t);
 
@@ -89,12 +94,16 @@ const Choice& choice() {
 }
 
 void copy_with(const Choice& c, void* dst, const void* src, size_t bytes) {
-  const bool co_aligned = ((reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src)) & 63) == 0;
-  if (c.loop && !co_aligned && bytes >= kLoopMin) c.loop(dst, src, bytes);
+  if (c.loop && host_copy_takes_loop(dst, src, bytes)) c.loop(dst, src, bytes);
   else std::memcpy(dst, src, bytes);
 }
 
 }  // namespace
+
+bool host_copy_takes_loop(const void* dst, const void* src, size_t bytes) {
+  const bool co_aligned = ((reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src)) & 63) == 0;
+  return !co_aligned && bytes >= kLoopMin && bytes < kLoopMax;
+}
 
 void host_copy(void* dst, const void* src, size_t bytes) { copy_with(choice(), dst, src, bytes); }
 
