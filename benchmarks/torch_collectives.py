@@ -58,6 +58,15 @@ def iters_for(nbytes, base):
 
 
 # ------------------------------------------------------------------------------------------------
+def placed(t, offset):
+    """t's values in a view `offset` elements into a new buffer (offset 0: a plain copy)."""
+    import torch
+    base = torch.empty(t.numel() + offset, dtype=t.dtype, device=t.device)
+    view = base[offset:]
+    view.copy_(t)
+    return view
+
+
 def worker(args):
     if args.omp_unset:
         # Before torch (and libgomp) read it: torchrun sets it to 1 when it is missing.
@@ -90,13 +99,13 @@ def worker(args):
                 continue
             x = ((torch.arange(count, dtype=torch.float32) % 7) + rank).to(dev)
             if op == "allreduce":
-                buf = x.clone()
+                buf = placed(x, args.offset)
                 run = lambda: dist.all_reduce(buf)  # noqa: E731
                 expect = lambda: (torch.arange(count, dtype=torch.float32) % 7) * world + world * (world - 1) / 2  # noqa
                 result = lambda: buf  # noqa: E731
                 reset = lambda: buf.copy_(x)  # noqa: E731
             elif op == "allgather":
-                inp, out = x[:blk].clone(), torch.empty(blk * world, device=dev)
+                inp, out = placed(x[:blk], args.offset), placed(torch.empty(blk * world, device=dev), args.offset)
                 if args.backend == "mpi":  # torch's mpi backend has only the list form
                     outs = list(out.chunk(world))
                     run = lambda: dist.all_gather(outs, inp)  # noqa: E731
@@ -106,13 +115,13 @@ def worker(args):
                 result = lambda: out  # noqa: E731
                 reset = lambda: None  # noqa: E731
             elif op == "reduce_scatter":
-                out = torch.empty(blk, device=dev)
+                x, out = placed(x, args.offset), placed(torch.empty(blk, device=dev), args.offset)
                 run = lambda: dist.reduce_scatter_tensor(out, x)  # noqa: E731
                 expect = lambda: ((torch.arange(count, dtype=torch.float32) % 7) * world + world * (world - 1) / 2)[rank * blk:(rank + 1) * blk]  # noqa
                 result = lambda: out  # noqa: E731
                 reset = lambda: None  # noqa: E731
             elif op == "broadcast":
-                buf = x.clone()
+                buf = placed(x, args.offset)
                 run = lambda: dist.broadcast(buf, src=0)  # noqa: E731
                 expect = lambda: (torch.arange(count, dtype=torch.float32) % 7)  # noqa: E731
                 result = lambda: buf  # noqa: E731
@@ -239,7 +248,7 @@ def driver(args):
     me = os.path.abspath(__file__)
     common = ["--worker", "--device", args.device, "--ops", args.ops, "--smallest", args.min, "--largest", args.max,
               "--factor", str(args.factor), "--iters", str(args.iters), "--warmup", str(args.warmup),
-              "--step-width", str(args.step_width)]
+              "--step-width", str(args.step_width), "--offset", str(args.offset)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     failed = set()
     modes, backends = args.contention.split(","), args.backends.split(",")
@@ -409,6 +418,9 @@ def write_outputs(rows, args):
     lines = [f"# torch.distributed collectives, {args.np} processes on one node\n"]
     if getattr(args, "rounds", 1) > 1:
         lines.append(f"Each point: the median of {args.rounds} runs of each backend, their order alternating.\n")
+    if getattr(args, "offset", 0):
+        lines.append(f"Every tensor is a view {args.offset} float32 elements ({4 * args.offset} bytes) into its "
+                     "buffer, off torch's 64-byte alignment.\n")
     lines += [f"Not measured: {f}" for f in args.failed]
     for mode in modes:
         lines += mode_tables([r for r in rows if r.get("mode", "1") == mode and r["backend"] != "memcpy"],
@@ -466,6 +478,10 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="where the tensors are; cuda: compare with --backends smddp,nccl (ranks share the GPUs)")
     ap.add_argument("--step-width", type=int, default=1024, help="hidden width of the *_step model")
+    ap.add_argument("--offset", type=int, default=0,
+                    help="place every collective's tensors this many float32 elements into a larger buffer "
+                         "(views off a cache line, as FSDP shards and slices are; default 0: torch's own "
+                         "64-byte-aligned tensors)")
     ap.add_argument("--contention", default="1",
                     help="comma list of 1 (OMP_NUM_THREADS=1), unset (torch's default pool), hog (=1 plus a busy "
                          "process per core)")
