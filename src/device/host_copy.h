@@ -1,13 +1,14 @@
 // The one bulk copy for host memory: staging slots, outputs, FIFO rings.
 //
-// Why not plain memcpy: glibc (2.36 here) copies from 2 KiB up to about the L2 size with
+// Why not plain memcpy: glibc (2.36 here) copies from 2 KiB to about the L2 size with
 // `rep movsb` on CPUs that advertise fast string moves (ERMS/FSRM), and on AMD EPYC (Zen) that
-// instruction runs 20x slower when destination and source are not aligned alike to 64 bytes:
-// 2.0-2.2 GB/s against 38-49 GB/s for a vector loop, for 16-128 KiB in cache (docs/performance.md,
-// "Copies"). Our copies are mostly unlike-aligned: a segment of a chunk starts at any element
-// offset of the user's buffer, against a page-aligned slot. So a copy from 512 bytes to 4 MiB
-// whose source and destination addresses differ modulo 64 goes through a vector loop; the rest
-// stay with memcpy, which is at its best there on every CPU.
+// instruction runs 20x slower when the destination lies 1-31 bytes past the source modulo the
+// page size (it takes that for a possible overlap): 2.0-2.5 GB/s against 40-49 GB/s at every
+// other distance, for 64 KiB in cache (docs/performance.md, "Copies"). We meet it whenever a
+// page-aligned staging slot is copied into a buffer that starts 16 bytes into a page (a C++
+// caller's malloc) or into a segment at such an offset. So a copy from 512 bytes to 4 MiB whose
+// destination is 1-63 bytes past its source, modulo 4096, goes through a vector loop; every
+// other copy stays with memcpy, which is at its best there on every CPU.
 #pragma once
 
 #include <cstddef>

@@ -40,8 +40,8 @@ def test_torch_collectives_smoke(smddp_built, tmp_path):
 
 
 def test_torch_collectives_offset_smoke(smddp_built, tmp_path):
-    """--offset: every collective on views off torch's 64-byte alignment (FSDP shards, slices),
-    the copies host_copy runs through its loop; every result checked."""
+    """--offset: every collective on views off torch's 64-byte alignment (FSDP shards, slices);
+    every result checked."""
     out = tmp_path / "bench"
     p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "torch_collectives.py"), "--np", "2",
                         "--backends", "smddp,gloo", "--ops", "allreduce,allgather,reduce_scatter,broadcast",
