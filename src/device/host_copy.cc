@@ -7,10 +7,6 @@
 #include "core/config.h"
 #include "smddp/errors.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace smddp::device {
 
 namespace {
@@ -26,45 +22,32 @@ static_assert(kLoopMin >= 128, "the loops copy a head of up to 31 bytes and need
 using CopyFn = void (*)(void*, const void*, size_t);
 
 #if defined(__x86_64__)
-// Stores aligned to the vector (the head is copied unaligned by memcpy), loads unaligned: the
-// source is the side out of step. Four vectors an iteration; the tail by memcpy.
-__attribute__((target("avx2"))) void copy_avx2(void* dst, const void* src, size_t n) {
+// Stores aligned to the vector of V bytes (the head is copied unaligned by memcpy), loads
+// unaligned: the source is the side out of step. Four vectors an iteration; the tail by memcpy.
+// Always inlined, so that each caller's target (AVX2 or the SSE2 baseline) makes the moves.
+template <size_t V>
+[[gnu::always_inline]] inline void copy_vectors(void* dst, const void* src, size_t n) {
+  typedef char Vec __attribute__((vector_size(V), may_alias));
+  typedef char Unaligned __attribute__((vector_size(V), may_alias, aligned(1)));
   auto* d = static_cast<char*>(dst);
   auto* s = static_cast<const char*>(src);
-  const size_t head = (32 - (reinterpret_cast<uintptr_t>(d) & 31)) & 31;
+  const size_t head = (V - (reinterpret_cast<uintptr_t>(d) & (V - 1))) & (V - 1);
   std::memcpy(d, s, head);
   size_t i = head;
-  for (; i + 128 <= n; i += 128) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
-    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+  for (; i + 4 * V <= n; i += 4 * V) {
+    const Unaligned* from = reinterpret_cast<const Unaligned*>(s + i);
+    const Vec a = from[0], b = from[1], c = from[2], e = from[3];
+    Vec* to = reinterpret_cast<Vec*>(d + i);
+    to[0] = a;
+    to[1] = b;
+    to[2] = c;
+    to[3] = e;
   }
   std::memcpy(d + i, s + i, n - i);
 }
 
-void copy_sse2(void* dst, const void* src, size_t n) {
-  auto* d = static_cast<char*>(dst);
-  auto* s = static_cast<const char*>(src);
-  const size_t head = (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15;
-  std::memcpy(d, s, head);
-  size_t i = head;
-  for (; i + 64 <= n; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
-  std::memcpy(d + i, s + i, n - i);
-}
+__attribute__((target("avx2"))) void copy_avx2(void* dst, const void* src, size_t n) { copy_vectors<32>(dst, src, n); }
+void copy_sse2(void* dst, const void* src, size_t n) { copy_vectors<16>(dst, src, n); }
 #endif
 
 struct Choice {

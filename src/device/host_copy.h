@@ -19,8 +19,8 @@ namespace smddp::device {
 // dst and src must not overlap.
 void host_copy(void* dst, const void* src, size_t bytes);
 
-// What host_copy uses for unlike-aligned copies: "avx2", "sse2" or "libc" (SMDDP_HOST_COPY, whose
-// default auto picks the best loop the CPU has; libc off x86-64). For logs and benchmarks.
+// What host_copy uses for the copies its loop takes: "avx2", "sse2" or "libc" (SMDDP_HOST_COPY,
+// whose default auto picks the best loop the CPU has; libc off x86-64). For logs and benchmarks.
 const char* host_copy_kind();
 
 // Whether host_copy runs these bytes through its loop (where the CPU has one) or memcpy.
