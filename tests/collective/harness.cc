@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -126,8 +127,14 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
       try {
 #if defined(__SANITIZE_THREAD__)
         // ThreadSanitizer starts a thread of its own in a forked child when the child makes its
-        // first thread, and keeps it: make it appear before counting.
-        std::thread([] {}).join();
+        // first thread, and keeps it: make it appear before counting. The thread made for that
+        // may still be listed just after join() (below): wait for it to go, or the count before
+        // is one too many.
+        pid_t joined = 0;
+        std::thread([&joined] { joined = static_cast<pid_t>(::syscall(SYS_gettid)); }).join();
+        const std::string task = "/proc/self/task/" + std::to_string(joined);
+        for (int i = 0; i < 1000 && ::access(task.c_str(), F_OK) == 0; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
 #endif
         if (opts.before_thread_count) opts.before_thread_count();
         const int threads_before = thread_count();
