@@ -26,7 +26,7 @@ Options engine_thread_options() {
   return o;
 }
 
-// Rank 1 arrives 400 ms late each round; rank 0 looks at whether its call returned with the
+// Rank 1 arrives 1100 ms late each round (a margin a loaded, sanitized run keeps); rank 0 looks at whether its call returned with the
 // collective finished (it ran here) or at once (the engine thread has it). Rank 0 first lets its
 // engine go idle: the engine thread completes an operation (wait() returns) a moment before it
 // is free for the next, and a call made in that moment is queued behind it as it should be.
@@ -43,7 +43,7 @@ TEST(EngineCallerThread, InlineScopeRunsBeforeReturningAndAsyncReturnsAtOnce) {
     for (const Round& r : rounds) {
       std::fill(v.begin(), v.end(), static_cast<float>(rank + 1));
       c.barrier().wait();
-      std::this_thread::sleep_for(rank == 1 ? 400ms : 100ms);
+      std::this_thread::sleep_for(rank == 1 ? 1200ms : 100ms);
       const auto t0 = std::chrono::steady_clock::now();
       Work work;
       {
@@ -59,7 +59,7 @@ TEST(EngineCallerThread, InlineScopeRunsBeforeReturningAndAsyncReturnsAtOnce) {
       if (rank != 0) continue;
       const std::string which = "scopes (" + std::to_string(r.outer) + ", " + std::to_string(r.inner) + "): ";
       if (r.here && !done) rep.fail(which + "the allreduce had not finished when the call returned");
-      if (!r.here && (done || took > 150ms))
+      if (!r.here && (done || took > 500ms))
         rep.fail(which + "the call waited for the late peer (" + std::to_string(took.count()) + " ms)");
     }
   });

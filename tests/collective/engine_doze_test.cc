@@ -177,10 +177,14 @@ TEST(EngineDoze, ExpediteStartCudaCollectivesAndPointToPointWakeItAtOnce) {
 }
 
 TEST(EngineDoze, AfterTheWindowItSleepsUntilWoken) {
-  auto e = dozing_engine(1ms, 30ms);
+  // A window long enough to be seen dozing in on a loaded, sanitized run; then its end is
+  // waited for, not slept past.
+  auto e = dozing_engine(1ms, 300ms);
   uint64_t seq = 0;
   make_it_doze(*e, seq, /*probe=*/false);
-  std::this_thread::sleep_for(200ms);  // the window (30 ms) is over
+  const auto deadline = Clock::now() + 5s;
+  while (e->dozing() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_FALSE(e->dozing()) << "the engine was still dozing 5 s after a 300 ms window";
   const size_t ticks = e->doze_ticks();
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(e->doze_ticks(), ticks) << "the idle engine kept waking up after its doze window";

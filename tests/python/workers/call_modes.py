@@ -19,10 +19,10 @@ expect = world * (world + 1) / 2
 
 
 def late_peer():
-    """Everyone but rank 0 arrives 1 s late. Rank 0 waits 0.1 s, so that the engine thread that
-    ran the barrier (torch 2.6 calls it asynchronously) is idle again."""
+    """Everyone but rank 0 arrives 2 s late (a margin a loaded machine keeps). Rank 0 waits 0.1 s,
+    so that the engine thread that ran the barrier (torch 2.6 calls it asynchronously) is idle again."""
     dist.barrier()
-    time.sleep(1.0 if rank != 0 else 0.1)
+    time.sleep(2.0 if rank != 0 else 0.1)
 
 
 # async_op=True: the call returns before the late peers arrive; wait() then gives the sum.
@@ -32,7 +32,7 @@ t0 = time.monotonic()
 w = dist.all_reduce(t, async_op=True)
 returned = time.monotonic() - t0
 if rank == 0:
-    check("async all_reduce returns before the late peer arrives", returned < 0.5, f"{returned:.3f} s")
+    check("async all_reduce returns before the late peer arrives", returned < 1.0, f"{returned:.3f} s")
     check("async all_reduce is not completed before the late peer arrives", not w.is_completed())
 w.wait()
 check("async all_reduce sum", torch.equal(t, torch.full((1000,), expect)), t[:4])

@@ -117,7 +117,9 @@ def run_case(case):
             case_check("only the ranks that must raise do", raises, msg[:600])
             case_check("error names both sides", expect in msg, msg[:600])
             # Ours comes from the collective's first round; DDP's own check runs inside DDP's set-up.
-            limit = 10.0 if case == "ddp_extra_param" else 1.0
+            # Across (namespace) hosts four torch processes share two cores and t0 is this rank's
+            # own, so the time includes how late its peers arrived: 3 s there.
+            limit = 10.0 if case == "ddp_extra_param" else (3.0 if nodes > 1 else 1.0)
             case_check(f"error within {limit:.0f} s", took < limit, f"{took:.2f} s")
     # Across nodes libfabric places a message straight into the posted receive and tells its length
     # and tag after: one that disagrees has landed when the receive learns it (docs/reliability.md).
