@@ -20,7 +20,10 @@ around every timing: run it with `--backends smddp,nccl` on a GPU machine for NC
 leave: torch's intra-op pool gets one thread per core), and OMP_NUM_THREADS=1 with one busy
 process per core beside the ranks (standing in for dataloader workers). Each row also carries
 the CPU time the ranks spent (user+sys, all ranks together) per operation, so cost is seen
-beside speed.
+beside speed. `--compute N` runs a parallel ATen operation on N float32 elements before every
+timed collective (torch's OpenMP pool wakes, as between a model's layers) and times the
+collectives alone: where the pool has a thread per core, its threads spin after each such
+operation on the cores the collective needs (#18). CPU time is not reported then.
 """
 import argparse
 import csv
@@ -85,6 +88,7 @@ def worker(args):
         dev = torch.device("cuda", rank % torch.cuda.device_count())  # so every timing syncs
         torch.cuda.set_device(dev)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    compute = torch.ones(parse_size(args.compute), device=dev) if parse_size(args.compute) else None
     results = []
     for op in args.ops.split(","):
         if op.endswith("_step"):
@@ -140,13 +144,27 @@ def worker(args):
                 sync()
                 dist.barrier()
                 ru0 = resource.getrusage(resource.RUSAGE_SELF)
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    run()
-                sync()
-                dt = (time.perf_counter() - t0) / n
+                if compute is None:
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        run()
+                    sync()
+                    dt = (time.perf_counter() - t0) / n
+                else:
+                    # Only the collectives are timed; the operation before each wakes the pool.
+                    dt = 0.0
+                    for _ in range(n):
+                        compute.mul_(1.0000001)
+                        sync()
+                        t0 = time.perf_counter()
+                        run()
+                        sync()
+                        dt += time.perf_counter() - t0
+                    dt /= n
                 ru1 = resource.getrusage(resource.RUSAGE_SELF)
                 cpu = (ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime) / n
+                if compute is not None:
+                    cpu = float("nan")  # the operations' CPU time is in it
                 reset()
                 run()
                 sync()
@@ -248,7 +266,7 @@ def driver(args):
     me = os.path.abspath(__file__)
     common = ["--worker", "--device", args.device, "--ops", args.ops, "--smallest", args.min, "--largest", args.max,
               "--factor", str(args.factor), "--iters", str(args.iters), "--warmup", str(args.warmup),
-              "--step-width", str(args.step_width), "--offset", str(args.offset)]
+              "--step-width", str(args.step_width), "--offset", str(args.offset), "--compute", str(args.compute)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     failed = set()
     modes, backends = args.contention.split(","), args.backends.split(",")
@@ -421,6 +439,10 @@ def write_outputs(rows, args):
     if getattr(args, "offset", 0):
         lines.append(f"Every tensor is a view {args.offset} float32 elements ({4 * args.offset} bytes) into its "
                      "buffer, off torch's 64-byte alignment.\n")
+    if parse_size(getattr(args, "compute", "0")):
+        lines.append(f"Before every timed collective each rank multiplied a tensor of {args.compute} float32 "
+                     "elements in place (torch's intra-op pool wakes, as between a model's layers); only the "
+                     "collectives are timed, and CPU time is not reported.\n")
     lines += [f"Not measured: {f}" for f in args.failed]
     for mode in modes:
         lines += mode_tables([r for r in rows if r.get("mode", "1") == mode and r["backend"] != "memcpy"],
@@ -478,6 +500,10 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="where the tensors are; cuda: compare with --backends smddp,nccl (ranks share the GPUs)")
     ap.add_argument("--step-width", type=int, default=1024, help="hidden width of the *_step model")
+    ap.add_argument("--compute", default="0",
+                    help="before every timed collective, a parallel ATen operation on this many float32 "
+                         "elements (torch's intra-op pool wakes, as between a model's layers); only the "
+                         "collectives are timed (default 0: none)")
     ap.add_argument("--offset", type=int, default=0,
                     help="place every collective's tensors this many float32 elements into a larger buffer "
                          "(views off a cache line, as FSDP shards and slices are; default 0: torch's own "

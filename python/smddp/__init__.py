@@ -12,6 +12,7 @@ import torch.distributed as _dist
 
 from . import _C
 from . import ddp_logging as _ddp_logging
+from . import intra_op as _intra_op
 from . import launch_env as _launch_env
 
 __version__ = _C.__version__
@@ -20,13 +21,20 @@ __all__ = ["__version__", "is_registered"]
 _BACKEND = "smddp"
 
 
+def _create_backend(store, rank, size, timeout):
+    # Where the launcher left OMP_NUM_THREADS unset, torch's OpenMP pool of every rank would
+    # spin on the cores the collectives need (intra_op.py; SMDDP_INTRA_OP_THREADS).
+    _intra_op.apply()
+    return _C.create_backend(store, rank, size, timeout)
+
+
 def _register():
     if hasattr(_dist.Backend, _BACKEND.upper()):  # registered already (re-import, alias module)
         return
     try:
-        _dist.Backend.register_backend(_BACKEND, _C.create_backend, devices=["cpu", "cuda"])
+        _dist.Backend.register_backend(_BACKEND, _create_backend, devices=["cpu", "cuda"])
     except TypeError:  # torch without the `devices` argument
-        _dist.Backend.register_backend(_BACKEND, _C.create_backend)
+        _dist.Backend.register_backend(_BACKEND, _create_backend)
 
 
 def is_registered():

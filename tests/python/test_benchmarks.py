@@ -56,6 +56,23 @@ def test_torch_collectives_offset_smoke(smddp_built, tmp_path):
     assert "view 3 float32 elements (12 bytes) into its buffer" in (out / "results.md").read_text()
 
 
+def test_torch_collectives_compute_smoke(smddp_built, tmp_path):
+    """--compute: a parallel ATen operation before every timed collective (#18), torch's pool
+    left at its default (unset); every result checked, CPU time left out, the tables say so."""
+    out = tmp_path / "bench"
+    p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "torch_collectives.py"), "--np", "2",
+                        "--backends", "smddp,gloo", "--ops", "allreduce", "--min", "8", "--max", "64K",
+                        "--factor", "128", "--iters", "3", "--compute", "64K", "--contention", "unset",
+                        "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env=child_env(), cwd=REPO)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["backend"], r["bytes"]) for r in rows} == {(b, n) for b in ("smddp", "gloo") for n in ("8", "1024", "65536")}
+    assert all(r["wrong"] == "0" and float(r["time_us"]) > 0 and r["cpu_us"] == "nan" for r in rows), rows
+    assert "multiplied a tensor of 64K float32 elements" in (out / "results.md").read_text()
+
+
 def hog_processes():
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):

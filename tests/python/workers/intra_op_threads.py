@@ -1,0 +1,32 @@
+"""torch's intra-op threads before and after init_process_group(backend="smddp") for a rank
+whose launcher left OMP_NUM_THREADS unset (argv[1]: "unset") or set it (anything else).
+Prints 'rank R threads BEFORE AFTER' and 'rank R ALL OK', or the error init raised."""
+import os
+import sys
+
+if sys.argv[1] == "unset":
+    # Before torch (libgomp reads it when loaded): torchrun sets it to 1 when missing.
+    os.environ.pop("OMP_NUM_THREADS", None)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import smddp  # noqa: E402,F401
+
+rank = int(os.environ["RANK"])
+before = torch.get_num_threads()
+try:
+    dist.init_process_group(backend="smddp")
+except Exception as e:  # noqa: BLE001 - the message is what the test checks
+    print(f"rank {rank} init failed: {e}", flush=True)
+    sys.exit(0)
+after = torch.get_num_threads()
+# A subgroup's backend is created the same way: it must not change the count again.
+dist.new_group([0, 1])
+again = torch.get_num_threads()
+t = torch.ones(4)
+dist.all_reduce(t)
+assert torch.equal(t, torch.full((4,), float(dist.get_world_size())))
+print(f"rank {rank} threads {before} {after} {again}", flush=True)
+dist.destroy_process_group()
+print(f"rank {rank} ALL OK", flush=True)
