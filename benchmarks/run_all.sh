@@ -61,6 +61,18 @@ for np in 2 4; do
 done
 echo "contention sweeps done"
 
+# 2c. the same with a parallel ATen operation before every collective (torch's pool wakes, as in
+# training): smddp as shipped (SMDDP_INTRA_OP_THREADS=auto) and with torch's pool kept (keep)
+for np in 2 4; do
+  tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
+    --backends smddp,mpi,gloo --ops allreduce --min 8 --max 4M --factor 32 --contention 1,unset --compute 1M \
+    --rounds 3 --out "$OUT/compute_np$np"
+  tools/devenv run -- env PYTHONPATH=build/trixie/python SMDDP_INTRA_OP_THREADS=keep python3 \
+    benchmarks/torch_collectives.py --np $np --backends smddp --ops allreduce --min 8 --max 4M --factor 32 \
+    --contention 1,unset --compute 1M --rounds 3 --out "$OUT/compute_np${np}_keep"
+done
+echo "compute sweeps done"
+
 {
   echo "unshaped:      $(tools/netns iperf --seconds 5)"
   echo "tc 10gbit cap: $(tools/netns iperf --seconds 5 --rate 10gbit)"

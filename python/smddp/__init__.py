@@ -43,6 +43,8 @@ def is_registered():
 
 
 _register()
+# torch's thread count now is the one nobody chose after import (intra_op.py).
+_intra_op.remember()
 # DDP's logging data says "smddp" rather than torch's "custom" for plugins (ddp_logging.py).
 _ddp_logging.install()
 # Jobs started by mpirun, srun or SageMaker's MPI launcher: RANK, WORLD_SIZE, MASTER_ADDR, ...

@@ -11,9 +11,10 @@ not. By the time `import smddp` runs libgomp has read its environment, so the po
 through torch instead, when the backend is created:
 
     auto   (default) where OMP_NUM_THREADS is unset, LOCAL_WORLD_SIZE (torchrun's, or filled from
-           the launcher by launch_env) says L > 1 ranks share the node, and torch still has its
-           default thread count (nobody called torch.set_num_threads): give each rank its share
-           of the node's CPUs, min(its own CPUs, node CPUs // L), at least 1
+           the launcher by launch_env) says L > 1 ranks share the node, and torch has the thread
+           count it had at `import smddp` (no torch.set_num_threads since): give each rank its
+           share of the node's CPUs, min(its own CPUs, node CPUs // L), at least 1, where torch
+           has more (torch's default is a thread per physical core, libgomp's per CPU)
     keep   leave torch's threads as they are
     N      set N threads (N >= 1)
 
@@ -49,9 +50,20 @@ def count_cpu_list(text):
     return n
 
 
-def plan(setting, env, threads_now, own_cpus, node_cpus):
+_at_import = None
+
+
+def remember():
+    """Called at `import smddp`: torch's count then is the one nobody chose after it."""
+    global _at_import
+    import torch
+    _at_import = torch.get_num_threads()
+
+
+def plan(setting, env, threads_now, threads_at_import, own_cpus, node_cpus):
     """(threads to set or None, why): what SMDDP_INTRA_OP_THREADS=setting asks of a rank whose
-    torch has threads_now threads, whose affinity holds own_cpus CPUs, on a node of node_cpus."""
+    torch has threads_now threads (threads_at_import at `import smddp`), whose affinity holds
+    own_cpus CPUs, on a node of node_cpus."""
     setting = (setting or "auto").strip().lower()
     if setting == "keep":
         return None, "SMDDP_INTRA_OP_THREADS=keep"
@@ -65,7 +77,7 @@ def plan(setting, env, threads_now, own_cpus, node_cpus):
         return (n if n != threads_now else None), f"{ENV}={n}"
     if "OMP_NUM_THREADS" in env:
         return None, "OMP_NUM_THREADS is set"
-    if threads_now != own_cpus:
+    if threads_at_import is not None and threads_now != threads_at_import:
         return None, "torch.set_num_threads was called"
     try:
         local = int(env.get("LOCAL_WORLD_SIZE", ""))
@@ -90,7 +102,7 @@ def apply(setting=None):
     except (AttributeError, OSError):
         own = os.cpu_count() or 1
     now = torch.get_num_threads()
-    n, why = plan(setting, env, now, own, _node_cpus())
+    n, why = plan(setting, env, now, _at_import, own, _node_cpus())
     if n is None:
         return None
     torch.set_num_threads(n)
