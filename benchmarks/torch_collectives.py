@@ -144,6 +144,7 @@ def worker(args):
                 sync()
                 dist.barrier()
                 ru0 = resource.getrusage(resource.RUSAGE_SELF)
+                it = float("nan")
                 if compute is None:
                     t0 = time.perf_counter()
                     for _ in range(n):
@@ -151,8 +152,10 @@ def worker(args):
                     sync()
                     dt = (time.perf_counter() - t0) / n
                 else:
-                    # Only the collectives are timed; the operation before each wakes the pool.
+                    # The collectives timed alone (the operation before each wakes the pool; a
+                    # collective also waits for the slower rank's operation), and whole iterations.
                     dt = 0.0
+                    t_all = time.perf_counter()
                     for _ in range(n):
                         compute.mul_(1.0000001)
                         sync()
@@ -161,6 +164,7 @@ def worker(args):
                         sync()
                         dt += time.perf_counter() - t0
                     dt /= n
+                    it = (time.perf_counter() - t_all) / n
                 ru1 = resource.getrusage(resource.RUSAGE_SELF)
                 cpu = (ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime) / n
                 if compute is not None:
@@ -169,21 +173,22 @@ def worker(args):
                 run()
                 sync()
                 wrong = int((result().cpu() != expect()).sum().item())
-                t = torch.tensor([dt, float(wrong)], dtype=torch.float64, device=dev)
+                t = torch.tensor([dt, float(wrong), it], dtype=torch.float64, device=dev)
                 dist.all_reduce(t, op=dist.ReduceOp.MAX)
-                dt, wrong = t[0].item(), int(t[1].item())
+                dt, wrong, it = t[0].item(), int(t[1].item()), t[2].item()
                 c = torch.tensor([cpu], dtype=torch.float64, device=dev)
                 dist.all_reduce(c)  # CPU of all ranks together
                 cpu = c.item()
                 err = ""
             except RuntimeError as e:  # the backend lacks the collective (mpi: reduce_scatter)
-                dt, wrong, cpu, err = float("nan"), 0, float("nan"), str(e).splitlines()[0][:80]
+                dt, wrong, cpu, it, err = float("nan"), 0, float("nan"), float("nan"), str(e).splitlines()[0][:80]
                 dist.barrier()
             if rank == 0:
                 algbw = count * 4 / dt / 1e9 if dt == dt else float("nan")
                 results.append({"backend": args.backend, "op": op, "world": world, "bytes": count * 4,
                                 "time_us": dt * 1e6, "algbw": algbw, "busbw": algbw * BUS[op](world),
-                                "wrong": wrong, "error": err, "mode": args.mode, "cpu_us": cpu * 1e6})
+                                "wrong": wrong, "error": err, "mode": args.mode, "cpu_us": cpu * 1e6,
+                                "iter_us": it * 1e6})
                 print(f"\r  {args.backend:6} {op:15} {count * 4:>10} B  {dt * 1e6:>12.1f} us", end="", flush=True)
     if rank == 0:
         print(flush=True)
@@ -323,6 +328,9 @@ def median_rows(rows):
             cpus = [r.get("cpu_us", float("nan")) for r in ok]
             cpus = [c for c in cpus if c == c]
             m["cpu_us"] = statistics.median(cpus) if cpus else float("nan")
+            its = [r.get("iter_us", float("nan")) for r in ok]
+            its = [i for i in its if i == i]
+            m["iter_us"] = statistics.median(its) if its else float("nan")
         out.append(m)
     return out
 
@@ -384,8 +392,12 @@ def mode_tables(rows, mode, backends, lim, args):
             lines.append(f"| {b} | {r['time_us'] / 1e3:.2f} | {ratio} |" if ok else
                          f"| {b} | n/a ({(r or {}).get('error', '')}) | n/a |")
     for op in [o for o in args.ops.split(",") if not o.endswith("_step")]:
-        lines.append(f"\n## {op}{sfx} (busbw GB/s, time µs, CPU µs per op summed over ranks)\n")
-        hdr = "| size (B) | " + " | ".join(f"{b} busbw | {b} µs | {b} CPU µs" for b in backends)
+        # With --compute the third column is the whole iteration (operation and collective).
+        third = "iteration µs" if parse_size(getattr(args, "compute", "0")) else "CPU µs"
+        what = ("µs per iteration, the operation and the collective" if third == "iteration µs" else
+                "CPU µs per op summed over ranks")
+        lines.append(f"\n## {op}{sfx} (busbw GB/s, time µs, {what})\n")
+        hdr = "| size (B) | " + " | ".join(f"{b} busbw | {b} µs | {b} {third}" for b in backends)
         hdr += " | smddp/gloo | smddp/mpi |" if "smddp" in backends else " |"
         if lim:
             hdr = hdr.rstrip(" |") + " | memcpy GB/s | smddp/limit |"
@@ -396,7 +408,7 @@ def mode_tables(rows, mode, backends, lim, args):
             cells = []
             for b in backends:
                 r = by.get((b, nbytes))
-                cpu = r.get("cpu_us", float("nan")) if r else float("nan")
+                cpu = r.get("iter_us" if third == "iteration µs" else "cpu_us", float("nan")) if r else float("nan")
                 cells += (["n/a"] * 3 if not r or r["time_us"] != r["time_us"] else
                           [f"{r['busbw']:.3f}", f"{r['time_us']:.1f}", f"{cpu:.1f}" if cpu == cpu else "n/a"])
             row = f"| {nbytes} | " + " | ".join(cells)
@@ -420,12 +432,14 @@ def read_rows(path):
     with open(path) as f:
         return [dict(r, world=int(r["world"]), bytes=int(r["bytes"]), time_us=float(r["time_us"]),
                      algbw=float(r["algbw"]), busbw=float(r["busbw"]), wrong=int(r["wrong"]),
-                     mode=r.get("mode") or "1", cpu_us=float(r.get("cpu_us") or "nan"))
+                     mode=r.get("mode") or "1", cpu_us=float(r.get("cpu_us") or "nan"),
+                     iter_us=float(r.get("iter_us") or "nan"))
                 for r in csv.DictReader(f)]
 
 
 def write_outputs(rows, args):
-    fields = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error", "mode", "cpu_us"]
+    fields = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error", "mode", "cpu_us",
+              "iter_us"]
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -441,8 +455,9 @@ def write_outputs(rows, args):
                      "buffer, off torch's 64-byte alignment.\n")
     if parse_size(getattr(args, "compute", "0")):
         lines.append(f"Before every timed collective each rank multiplied a tensor of {args.compute} float32 "
-                     "elements in place (torch's intra-op pool wakes, as between a model's layers); only the "
-                     "collectives are timed, and CPU time is not reported.\n")
+                     "elements in place (torch's intra-op pool wakes, as between a model's layers). µs: the "
+                     "collectives alone, which includes waiting for the slower rank's operation; iteration µs: "
+                     "the operation and the collective. CPU time is not reported.\n")
     lines += [f"Not measured: {f}" for f in args.failed]
     for mode in modes:
         lines += mode_tables([r for r in rows if r.get("mode", "1") == mode and r["backend"] != "memcpy"],

@@ -1,56 +1,37 @@
 """torch's intra-op threads when the launcher left OMP_NUM_THREADS unset (SMDDP_INTRA_OP_THREADS).
 
-torch's OpenMP pool has a thread per CPU of the process by default, and every rank of a node has
-one: with L ranks per node the node runs L times as many threads as it has cores. After each
-parallel region (any large ATen operation of the model) libgomp's threads spin for some
-milliseconds before they sleep, on the very cores the next collective's ranks need. Measured on
-2 cores, 2 ranks, fp32 allreduce after a 1M-element multiply (docs/performance.md, "When the
-cores are shared"): 8 B took 16-44x its time with one thread, and Open MPI and gloo lose as much.
-torchrun sets OMP_NUM_THREADS=1 for this reason; mpirun, srun and SageMaker's MPI launcher do
-not. By the time `import smddp` runs libgomp has read its environment, so the pool is resized
-through torch instead, when the backend is created:
+torch's OpenMP pool has a thread per core by default, and every rank of a node has one: with L
+ranks per node the node runs L times as many threads as it has cores. After each parallel region
+(any large ATen operation of the model) libgomp's threads spin for some milliseconds before they
+sleep, on the very cores the next collective's ranks need. Measured on 2 cores, 2 ranks, fp32
+allreduce after a 1M-element multiply (docs/performance.md, "When the cores are shared"): 8 B
+took 16-70x its time with one thread, and Open MPI and gloo lose as much. torchrun sets
+OMP_NUM_THREADS=1 for this reason; mpirun, srun and SageMaker's MPI launcher do not. By the time
+`import smddp` runs libgomp has read its environment, so the pool is resized through torch
+instead, when the world's backend is created:
 
-    auto   (default) where OMP_NUM_THREADS is unset, LOCAL_WORLD_SIZE (torchrun's, or filled from
-           the launcher by launch_env) says L > 1 ranks share the node, and torch has the thread
-           count it had at `import smddp` (no torch.set_num_threads since): give each rank its
-           share of the node's CPUs, min(its own CPUs, node CPUs // L), at least 1, where torch
-           has more (torch's default is a thread per physical core, libgomp's per CPU)
+    auto   (default) where OMP_NUM_THREADS is unset, LOCAL_RANK and LOCAL_WORLD_SIZE (torchrun's,
+           or filled from the launcher by launch_env) say L > 1 ranks share the node, and torch
+           has the thread count it had at `import smddp` (no torch.set_num_threads since): give
+           each rank its share of the node's CPUs, min(its own CPUs, node CPUs // L), at least
+           1, where torch has more
     keep   leave torch's threads as they are
     N      set N threads (N >= 1)
 
-The node's CPUs are those of the cgroup's cpuset (a container's), else the online ones. Local
-rank 0 says on stderr what was changed.
+The node's CPUs are the union of its ranks' CPU affinities, which they exchange through the
+store (a rank bound to its own cores, a socket shared by several, a container's or a Slurm job's
+cpuset: the union is what the node's ranks share). Decided once per process, at the first
+backend that spans the world. Local rank 0 says on stderr what was changed.
 """
 import os
+import socket
+import sys
+from datetime import timedelta
 
 ENV = "SMDDP_INTRA_OP_THREADS"
 
-
-def _node_cpus():
-    """CPUs this job's node offers: the cgroup's effective cpuset (a container), else online."""
-    for path in ("/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"):
-        try:
-            with open(path) as f:
-                n = count_cpu_list(f.read())
-            if n:
-                return n
-        except OSError:
-            pass
-    return os.cpu_count() or 1
-
-
-def count_cpu_list(text):
-    """CPUs in a Linux cpu list: '0-3,8,10-11' -> 7; '' -> 0."""
-    n = 0
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        n += int(hi or lo) - int(lo) + 1
-    return n
-
-
 _at_import = None
+_decided = False
 
 
 def remember():
@@ -60,13 +41,39 @@ def remember():
     _at_import = torch.get_num_threads()
 
 
+def cpu_list(cpus):
+    """'0-3,8' for {0, 1, 2, 3, 8}."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def parse_cpu_list(text):
+    """{0, 1, 2, 3, 8} for '0-3,8'; set() for ''."""
+    cpus = set()
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
 def plan(setting, env, threads_now, threads_at_import, own_cpus, node_cpus):
     """(threads to set or None, why): what SMDDP_INTRA_OP_THREADS=setting asks of a rank whose
     torch has threads_now threads (threads_at_import at `import smddp`), whose affinity holds
-    own_cpus CPUs, on a node of node_cpus."""
+    own_cpus CPUs, on a node whose ranks share node_cpus CPUs (a number, or a function giving it:
+    called only when the answer depends on it)."""
     setting = (setting or "auto").strip().lower()
     if setting == "keep":
-        return None, "SMDDP_INTRA_OP_THREADS=keep"
+        return None, f"{ENV}=keep"
     if setting != "auto":
         try:
             n = int(setting, 10)
@@ -85,29 +92,86 @@ def plan(setting, env, threads_now, threads_at_import, own_cpus, node_cpus):
         return None, "LOCAL_WORLD_SIZE unknown"
     if local <= 1:
         return None, "one rank on this node"
-    share = max(1, min(own_cpus, node_cpus // local))
+    if threads_now <= 1:
+        return None, "torch has one thread"
+    node = node_cpus() if callable(node_cpus) else node_cpus
+    if node is None:
+        return None, "the node's CPUs unknown"
+    share = max(1, min(own_cpus, node // local))
     if share >= threads_now:
-        return None, f"{local} ranks fit this node's {node_cpus} CPUs"
-    return share, (f"OMP_NUM_THREADS is unset and {local} ranks share this node's {node_cpus} CPUs")
+        return None, f"{local} ranks fit this node's {node} CPUs"
+    return share, f"OMP_NUM_THREADS is unset and {local} ranks share this node's {node} CPUs"
 
 
-def apply(setting=None):
-    """Resizes torch's intra-op pool as plan() says; returns the threads set, or None."""
-    import torch
+def _node_id(env):
+    if env.get("SMDDP_NODE_ID"):
+        return env["SMDDP_NODE_ID"]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}-{boot}"
+
+
+def _node_cpus_from_store(store, env, own, timeout):
+    """The union of the node's ranks' affinities: each sets its own under the node's id and
+    local rank, then reads the others' (they create the world's backend at the same time)."""
+    try:
+        local_rank, local = int(env["LOCAL_RANK"]), int(env["LOCAL_WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    prefix = f"smddp/intra_op/{_node_id(env)}/"
+    store.set(prefix + str(local_rank), cpu_list(own))
+    keys = [prefix + str(r) for r in range(local)]
+    try:
+        store.wait(keys, timeout)
+    except Exception as e:  # noqa: BLE001 - a node-mate that is late or a wrong LOCAL_WORLD_SIZE
+        print(f"smddp: {ENV}: the node's {local} ranks did not all say their CPUs within "
+              f"{timeout}: torch's threads left as they are ({e})", file=sys.stderr, flush=True)
+        return None
+    union = set()
+    for k in keys:
+        v = store.get(k)
+        union |= parse_cpu_list(v.decode() if isinstance(v, (bytes, bytearray)) else str(v))
+    return len(union)
+
+
+def apply(store, size, timeout, setting=None):
+    """Resizes torch's intra-op pool as plan() says, once per process, at the first backend that
+    spans the world (every rank of the node creates it, so the exchange cannot wait on a rank
+    outside a subgroup). Returns the threads set, or None."""
+    global _decided
     env = os.environ
     if setting is None:
         setting = env.get(ENV, "auto")
+    if _decided:
+        plan(setting, env, 1, None, 1, 1)  # a bad value is still an error
+        return None
     try:
-        own = len(os.sched_getaffinity(0))
+        world = int(env.get("WORLD_SIZE", ""))
+    except ValueError:
+        world = None
+    if size != world:
+        plan(setting, env, 1, None, 1, 1)
+        return None
+    import torch
+    _decided = True
+    try:
+        own = os.sched_getaffinity(0)
     except (AttributeError, OSError):
-        own = os.cpu_count() or 1
+        own = set(range(os.cpu_count() or 1))
+    # Every rank of a node decides alike (the same environment and script), so a node-mate that
+    # does not answer is late to init_process_group or LOCAL_WORLD_SIZE is wrong: a bounded
+    # wait, then torch's threads stay.
+    timeout = min(timeout, timedelta(seconds=120)) if isinstance(timeout, timedelta) else timedelta(seconds=120)
     now = torch.get_num_threads()
-    n, why = plan(setting, env, now, _at_import, own, _node_cpus())
+    n, why = plan(setting, env, now, _at_import, len(own),
+                  lambda: _node_cpus_from_store(store, env, own, timeout))
     if n is None:
         return None
     torch.set_num_threads(n)
-    if env.get("LOCAL_RANK", "0") == "0" and setting.strip().lower() == "auto":
-        import sys
+    if env.get("LOCAL_RANK", "0") == "0" and setting.strip().lower() in ("", "auto"):
         print(f"smddp: {why}: torch's intra-op threads set from {now} to {n} per rank, so that torch's "
               f"OpenMP pool does not spin on the cores the collectives need (as torchrun's OMP_NUM_THREADS=1; "
               f"{ENV}=keep leaves them)", file=sys.stderr, flush=True)

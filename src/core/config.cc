@@ -31,7 +31,7 @@ const std::vector<Param>& params() {
       {"SMDDP_OFI_REGISTER", "auto", "auto: register buffers with libfabric where the provider asks (FI_MR_LOCAL); always: everywhere (tests the registration paths)."},
       {"SMDDP_OFI_RMA", "auto", "Collective messages of at least this many bytes go between nodes by RMA write where the provider has it; off: tagged only; auto: 1m over native tcp, off over tcp;ofi_rxm (a failing connection mid-write crashes rxm) and elsewhere."},
       {"SMDDP_CUDA_SMS", "8", "Most SMs (thread blocks) a reduction kernel of a CUDA collective launches with; the rest stay with the model's kernels. Logged per device at SMDDP_DEBUG=INFO."},
-      {"SMDDP_INTRA_OP_THREADS", "auto", "Python: torch's intra-op threads, set when the backend is created. auto: where OMP_NUM_THREADS is unset, LOCAL_WORLD_SIZE > 1 and torch's count is what it was at import smddp, a rank with more threads than its share of the node's CPUs gets its share (torch's OpenMP pool otherwise spins on the cores the collectives need); keep: unchanged; N: N threads."},
+      {"SMDDP_INTRA_OP_THREADS", "auto", "Python: torch's intra-op threads, set when the backend is created. auto: where OMP_NUM_THREADS is unset, LOCAL_WORLD_SIZE > 1 and torch's count is what it was at import smddp, a rank with more threads than its share of the node's CPUs (the union of its ranks' affinities) gets its share (torch's OpenMP pool otherwise spins on the cores the collectives need); keep: unchanged; N: N threads."},
       {"SMDDP_SPIN", "20000", "Polls of a shared flag before a waiting rank sleeps until a peer arrives (with more local ranks than cores: 64 at most, then brief yields)."},
   };
   return table;

@@ -12,6 +12,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WORKERS = os.path.join(REPO, "tests", "python", "workers")
 
 
+def package_module(name):
+    """python/smddp/<name>.py alone, from the source tree, for modules that need only the standard
+    library (launch_env, intra_op): their rules are tested without building the package."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("smddp_" + name, os.path.join(REPO, "python", "smddp", name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def smddp_build_dir():
     """The build tree's importable package (tools/test-all builds it per suite)."""
     suite = os.environ.get("DEVENV_SUITE", "host")

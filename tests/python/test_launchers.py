@@ -11,19 +11,13 @@ import sys
 
 import pytest
 
-from conftest import WORKERS, REPO, NamespaceHosts, launcher_env, needs_hosts
+from conftest import WORKERS, REPO, NamespaceHosts, launcher_env, needs_hosts, package_module
 
 pytestmark = pytest.mark.one_torch  # see conftest.py
 
 
 def _launch_env():
-    # The module alone, from the source tree: it needs only the standard library.
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("smddp_launch_env", os.path.join(REPO, "python", "smddp",
-                                                                                    "launch_env.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return package_module("launch_env")
 
 
 def fill(env):

@@ -18,15 +18,16 @@ pg = dist.distributed_c10d._get_default_group()
 expect = world * (world + 1) / 2
 
 
-def late_peer():
-    """Everyone but rank 0 arrives 2 s late (a margin a loaded machine keeps). Rank 0 waits 0.1 s,
-    so that the engine thread that ran the barrier (torch 2.6 calls it asynchronously) is idle again."""
+def late_peer(late=1.0):
+    """Everyone but rank 0 arrives `late` seconds late. Rank 0 waits 0.1 s, so that the engine
+    thread that ran the barrier (torch 2.6 calls it asynchronously) is idle again."""
     dist.barrier()
-    time.sleep(2.0 if rank != 0 else 0.1)
+    time.sleep(late if rank != 0 else 0.1)
 
 
-# async_op=True: the call returns before the late peers arrive; wait() then gives the sum.
-late_peer()
+# async_op=True: the call returns before the late peers arrive; wait() then gives the sum. Timed
+# across processes: 2 s late, a margin a loaded machine keeps.
+late_peer(2.0)
 t = torch.full((1000,), float(rank + 1))
 t0 = time.monotonic()
 w = dist.all_reduce(t, async_op=True)

@@ -1,6 +1,6 @@
 """torch's intra-op threads before and after init_process_group(backend="smddp") for a rank
-whose launcher left OMP_NUM_THREADS unset (argv[1]: "unset") or set it (anything else); argv[2]:
-threads the script sets itself after import smddp.
+whose launcher left OMP_NUM_THREADS unset (argv[1]: "unset") or set it (anything else); argv[2]
+(any): the script sets its own count after import smddp.
 Prints 'rank R threads BEFORE AFTER' and 'rank R ALL OK', or the error init raised."""
 import os
 import sys
@@ -15,8 +15,8 @@ import torch.distributed as dist  # noqa: E402
 import smddp  # noqa: E402,F401
 
 rank = int(os.environ["RANK"])
-if len(sys.argv) > 2:  # the script's own choice, after import smddp
-    torch.set_num_threads(int(sys.argv[2]))
+if len(sys.argv) > 2:  # the script's own choice after import smddp: one more than torch's default
+    torch.set_num_threads(torch.get_num_threads() + 1)
 before = torch.get_num_threads()
 try:
     dist.init_process_group(backend="smddp")
