@@ -114,27 +114,50 @@ def _node_id(env):
     return f"{socket.gethostname()}-{boot}"
 
 
-def _node_cpus_from_store(store, env, own, timeout):
-    """The union of the node's ranks' affinities: each sets its own under the node's id and
-    local rank, then reads the others' (they create the world's backend at the same time)."""
+def _exchange_keys(env):
+    """The node's keys, [this rank's, every local rank's], or None where the local rank or size
+    is unknown. A torchrun restart reuses its store: the attempt is in the keys."""
     try:
         local_rank, local = int(env["LOCAL_RANK"]), int(env["LOCAL_WORLD_SIZE"])
     except (KeyError, ValueError):
         return None
-    prefix = f"smddp/intra_op/{_node_id(env)}/"
-    store.set(prefix + str(local_rank), cpu_list(own))
-    keys = [prefix + str(r) for r in range(local)]
-    try:
-        store.wait(keys, timeout)
-    except Exception as e:  # noqa: BLE001 - a node-mate that is late or a wrong LOCAL_WORLD_SIZE
-        print(f"smddp: {ENV}: the node's {local} ranks did not all say their CPUs within "
-              f"{timeout}: torch's threads left as they are ({e})", file=sys.stderr, flush=True)
+    if local <= 1 or not 0 <= local_rank < local:
         return None
-    union = set()
-    for k in keys:
-        v = store.get(k)
-        union |= parse_cpu_list(v.decode() if isinstance(v, (bytes, bytearray)) else str(v))
-    return len(union)
+    prefix = f"smddp/intra_op/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/{_node_id(env)}/"
+    return prefix + str(local_rank), [prefix + str(r) for r in range(local)]
+
+
+def announce(store, env, own):
+    """Puts this rank's CPUs where its node-mates look (every rank of the node does, whatever it
+    decides, so that none waits for one that decided otherwise). False if it could not."""
+    keys = _exchange_keys(env)
+    if keys is None:
+        return False
+    try:
+        store.set(keys[0], cpu_list(own))
+        return True
+    except Exception:  # noqa: BLE001 - a store that fails here fails init_process_group next
+        return False
+
+
+def node_cpus(store, env, timeout):
+    """The number of CPUs in the union of the node's ranks' affinities (announce()), or None:
+    a node-mate that did not say within `timeout` (late to init_process_group, or
+    LOCAL_WORLD_SIZE wrong), a store that failed, a value that is not a CPU list."""
+    keys = _exchange_keys(env)
+    if keys is None:
+        return None
+    try:
+        store.wait(keys[1], timeout)
+        union = set()
+        for k in keys[1]:
+            v = store.get(k)
+            union |= parse_cpu_list(v.decode() if isinstance(v, (bytes, bytearray)) else str(v))
+        return len(union) or None
+    except Exception as e:  # noqa: BLE001 - whatever went wrong, torch's threads stay
+        print(f"smddp: {ENV}: the node's ranks did not all say their CPUs within {timeout}: "
+              f"torch's threads left as they are ({e})", file=sys.stderr, flush=True)
+        return None
 
 
 def apply(store, size, timeout, setting=None):
@@ -161,13 +184,14 @@ def apply(store, size, timeout, setting=None):
         own = os.sched_getaffinity(0)
     except (AttributeError, OSError):
         own = set(range(os.cpu_count() or 1))
-    # Every rank of a node decides alike (the same environment and script), so a node-mate that
-    # does not answer is late to init_process_group or LOCAL_WORLD_SIZE is wrong: a bounded
-    # wait, then torch's threads stay.
+    # Every rank of the node announces its CPUs, whatever it decides, so a node-mate that does
+    # not answer is late to init_process_group or LOCAL_WORLD_SIZE is wrong: a bounded wait,
+    # then torch's threads stay.
     timeout = min(timeout, timedelta(seconds=120)) if isinstance(timeout, timedelta) else timedelta(seconds=120)
+    announced = announce(store, env, own)
     now = torch.get_num_threads()
     n, why = plan(setting, env, now, _at_import, len(own),
-                  lambda: _node_cpus_from_store(store, env, own, timeout))
+                  lambda: node_cpus(store, env, timeout) if announced else None)
     if n is None:
         return None
     torch.set_num_threads(n)

@@ -52,9 +52,19 @@ def expand_first_host(nodelist):
 
 
 def _slurm_tasks_per_node(env):
-    """Where SLURM_NTASKS_PER_NODE is absent: SLURM_TASKS_PER_NODE, '2(x3),1' (the first node's)."""
-    m = re.match(r"(\d+)", env.get("SLURM_TASKS_PER_NODE", ""))
-    return m.group(1) if m else None
+    """Where SLURM_NTASKS_PER_NODE is absent: this node's entry of SLURM_TASKS_PER_NODE,
+    '2(x3),1' (nodes 0-2 run 2 tasks, node 3 one), by SLURM_NODEID (the first where unknown)."""
+    counts = []
+    for part in env.get("SLURM_TASKS_PER_NODE", "").split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not m:
+            return None
+        counts += [m.group(1)] * int(m.group(2) or 1)
+    try:
+        node = int(env.get("SLURM_NODEID", "0"))
+    except ValueError:
+        node = 0
+    return counts[node] if 0 <= node < len(counts) else (counts[0] if counts else None)
 
 
 def _job_port(env):

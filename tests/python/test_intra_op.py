@@ -74,6 +74,56 @@ def test_the_node_is_asked_only_when_the_answer_depends_on_it():
     assert plan("auto", LOCAL2, 2, 2, 2, node)[0] == 1 and asked == [1]
 
 
+class DictStore:
+    """The c10d Store calls the exchange makes, over a dict; wait() raises where a key is missing,
+    as a store's timeout does."""
+
+    def __init__(self):
+        self.d = {}
+
+    def set(self, k, v):
+        self.d[k] = v.encode() if isinstance(v, str) else v
+
+    def get(self, k):
+        return self.d[k]
+
+    def wait(self, keys, timeout):
+        missing = [k for k in keys if k not in self.d]
+        if missing:
+            raise RuntimeError(f"timeout waiting for {missing}")
+
+
+def _rank_env(local_rank, **extra):
+    return dict({"LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": "2", "SMDDP_NODE_ID": "n0"}, **extra)
+
+
+def test_the_node_is_the_union_of_its_ranks_cpus():
+    m, store = _intra_op(), DictStore()
+    from datetime import timedelta
+    assert m.announce(store, _rank_env(0), {0, 1}) and m.announce(store, _rank_env(1), {2, 3, 1})
+    assert m.node_cpus(store, _rank_env(0), timedelta(seconds=1)) == 4
+    # another node's ranks, and a restarted attempt, are apart
+    assert m.announce(store, _rank_env(0, SMDDP_NODE_ID="n1"), {0})
+    assert m.node_cpus(store, _rank_env(0, SMDDP_NODE_ID="n1"), timedelta(seconds=1)) is None
+    assert m.node_cpus(store, _rank_env(0, TORCHELASTIC_RESTART_COUNT="1"), timedelta(seconds=1)) is None
+    # a value that is not a CPU list leaves the threads
+    store.set(next(k for k in store.d if "/n0/" in k), "garbage")
+    assert m.node_cpus(store, _rank_env(1), timedelta(seconds=1)) is None
+    # no local rank or size: nothing said, nothing asked
+    assert not m.announce(store, {"LOCAL_WORLD_SIZE": "2"}, {0}) and m.node_cpus(store, {}, timedelta(seconds=1)) is None
+
+
+def test_a_subgroups_backend_asks_nobody(monkeypatch):
+    m, store = _intra_op(), DictStore()
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert m.apply(store, 2, None, "auto") is None
+    assert store.d == {}
+    with pytest.raises(ValueError, match="SMDDP_INTRA_OP_THREADS"):
+        m.apply(store, 2, None, "bad")
+
+
 def _threads(p):
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]

@@ -51,6 +51,16 @@ def test_slurm_step_takes_the_first_host_of_the_allocation():
     assert e["MASTER_PORT"] == fill(dict(SLURM, SLURM_PROCID="0"))["MASTER_PORT"]
 
 
+@pytest.mark.parametrize("per_node,node,want", [("3,2", "0", "3"), ("3,2", "1", "2"), ("2(x3),1", "2", "2"),
+                                                ("2(x3),1", "3", "1"), ("4", None, "4"), ("bad", "0", None)])
+def test_slurm_uneven_steps_take_this_nodes_count(per_node, node, want):
+    # srun -n5 -N2 runs 3 tasks on node 0 and 2 on node 1: each node's own count, not the first's
+    env = dict(SLURM, SLURM_TASKS_PER_NODE=per_node)
+    if node is not None:
+        env["SLURM_NODEID"] = node
+    assert fill(env).get("LOCAL_WORLD_SIZE") == want
+
+
 def test_one_node_uses_the_local_host_and_pmi_is_read():
     e = fill({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"})
     assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["MASTER_ADDR"]) == ("1", "2", "1", "127.0.0.1")
