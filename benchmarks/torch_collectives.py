@@ -22,8 +22,8 @@ process per core beside the ranks (standing in for dataloader workers). Each row
 the CPU time the ranks spent (user+sys, all ranks together) per operation, so cost is seen
 beside speed. `--compute N` runs a parallel ATen operation on N float32 elements before every
 timed collective (torch's OpenMP pool wakes, as between a model's layers) and times the
-collectives alone: where the pool has a thread per core, its threads spin after each such
-operation on the cores the collective needs (#18). CPU time is not reported then.
+collectives alone and whole iterations: where the pool has a thread per core, its threads spin
+after each such operation on the cores the collective needs (#18). CPU time is not reported then.
 """
 import argparse
 import csv
@@ -393,9 +393,9 @@ def mode_tables(rows, mode, backends, lim, args):
                          f"| {b} | n/a ({(r or {}).get('error', '')}) | n/a |")
     for op in [o for o in args.ops.split(",") if not o.endswith("_step")]:
         # With --compute the third column is the whole iteration (operation and collective).
-        third = "iteration µs" if parse_size(getattr(args, "compute", "0")) else "CPU µs"
-        what = ("µs per iteration, the operation and the collective" if third == "iteration µs" else
-                "CPU µs per op summed over ranks")
+        per_iter = bool(parse_size(getattr(args, "compute", "0")))
+        what = "µs per iteration, the operation and the collective" if per_iter else "CPU µs per op summed over ranks"
+        third = "iteration µs" if per_iter else "CPU µs"
         lines.append(f"\n## {op}{sfx} (busbw GB/s, time µs, {what})\n")
         hdr = "| size (B) | " + " | ".join(f"{b} busbw | {b} µs | {b} {third}" for b in backends)
         hdr += " | smddp/gloo | smddp/mpi |" if "smddp" in backends else " |"
@@ -408,7 +408,7 @@ def mode_tables(rows, mode, backends, lim, args):
             cells = []
             for b in backends:
                 r = by.get((b, nbytes))
-                cpu = r.get("iter_us" if third == "iteration µs" else "cpu_us", float("nan")) if r else float("nan")
+                cpu = r.get("iter_us" if per_iter else "cpu_us", float("nan")) if r else float("nan")
                 cells += (["n/a"] * 3 if not r or r["time_us"] != r["time_us"] else
                           [f"{r['busbw']:.3f}", f"{r['time_us']:.1f}", f"{cpu:.1f}" if cpu == cpu else "n/a"])
             row = f"| {nbytes} | " + " | ".join(cells)
@@ -517,8 +517,8 @@ def main():
     ap.add_argument("--step-width", type=int, default=1024, help="hidden width of the *_step model")
     ap.add_argument("--compute", default="0",
                     help="before every timed collective, a parallel ATen operation on this many float32 "
-                         "elements (torch's intra-op pool wakes, as between a model's layers); only the "
-                         "collectives are timed (default 0: none)")
+                         "elements (torch's intra-op pool wakes, as between a model's layers); the "
+                         "collectives are timed alone and with it (default 0: none)")
     ap.add_argument("--offset", type=int, default=0,
                     help="place every collective's tensors this many float32 elements into a larger buffer "
                          "(views off a cache line, as FSDP shards and slices are; default 0: torch's own "

@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "core/config.h"
 #include "reduce/reduce.h"
+#include "topology/topology.h"
 #include "smddp/version.h"
 #include "torch_compat.h"
 
@@ -18,6 +19,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("create_backend", &smddp::torch_backend::ProcessGroupSmddp::create, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout"), "Creates the smddp c10d backend (called by torch.distributed).");
   m.def("build_info", &smddp::build_info);
+  m.def("local_node_key", &smddp::topology::local_node_key,
+        "This rank's node as the communicator groups ranks (SMDDP_NODE_ID, else host name and boot id).");
   m.def("reduce_isa", &smddp::reduce::isa, "The CPU reduction kernels in use (avx512, avx2, scalar).");
   m.def("env_params", [] {
     std::vector<std::tuple<std::string, std::string, std::string, std::string>> out;

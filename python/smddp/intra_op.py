@@ -24,7 +24,6 @@ cpuset: the union is what the node's ranks share). Decided once per process, at 
 backend that spans the world. Local rank 0 says on stderr what was changed.
 """
 import os
-import socket
 import sys
 from datetime import timedelta
 
@@ -43,17 +42,13 @@ def remember():
 
 def cpu_list(cpus):
     """'0-3,8' for {0, 1, 2, 3, 8}."""
-    out, run = [], []
+    runs = []  # [first, last] of each run of consecutive CPUs
     for c in sorted(cpus):
-        if run and c == run[-1] + 1:
-            run.append(c)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [c]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
 
 
 def parse_cpu_list(text):
@@ -103,34 +98,24 @@ def plan(setting, env, threads_now, threads_at_import, own_cpus, node_cpus):
     return share, f"OMP_NUM_THREADS is unset and {local} ranks share this node's {node} CPUs"
 
 
-def _node_id(env):
-    if env.get("SMDDP_NODE_ID"):
-        return env["SMDDP_NODE_ID"]
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = ""
-    return f"{socket.gethostname()}-{boot}"
-
-
-def _exchange_keys(env):
+def _exchange_keys(env, node_key):
     """The node's keys, [this rank's, every local rank's], or None where the local rank or size
-    is unknown. A torchrun restart reuses its store: the attempt is in the keys."""
+    is unknown. node_key: the communicator's own (smddp._C.local_node_key: SMDDP_NODE_ID, else
+    host name and boot id). A torchrun restart reuses its store: the attempt is in the keys."""
     try:
         local_rank, local = int(env["LOCAL_RANK"]), int(env["LOCAL_WORLD_SIZE"])
     except (KeyError, ValueError):
         return None
     if local <= 1 or not 0 <= local_rank < local:
         return None
-    prefix = f"smddp/intra_op/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/{_node_id(env)}/"
+    prefix = f"smddp/intra_op/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/{node_key}/"
     return prefix + str(local_rank), [prefix + str(r) for r in range(local)]
 
 
-def announce(store, env, own):
+def announce(store, env, node_key, own):
     """Puts this rank's CPUs where its node-mates look (every rank of the node does, whatever it
     decides, so that none waits for one that decided otherwise). False if it could not."""
-    keys = _exchange_keys(env)
+    keys = _exchange_keys(env, node_key)
     if keys is None:
         return False
     try:
@@ -140,11 +125,11 @@ def announce(store, env, own):
         return False
 
 
-def node_cpus(store, env, timeout):
+def node_cpus(store, env, node_key, timeout):
     """The number of CPUs in the union of the node's ranks' affinities (announce()), or None:
     a node-mate that did not say within `timeout` (late to init_process_group, or
     LOCAL_WORLD_SIZE wrong), a store that failed, a value that is not a CPU list."""
-    keys = _exchange_keys(env)
+    keys = _exchange_keys(env, node_key)
     if keys is None:
         return None
     try:
@@ -160,7 +145,7 @@ def node_cpus(store, env, timeout):
         return None
 
 
-def apply(store, size, timeout, setting=None):
+def apply(store, size, timeout, node_key, setting=None):
     """Resizes torch's intra-op pool as plan() says, once per process, at the first backend that
     spans the world (every rank of the node creates it, so the exchange cannot wait on a rank
     outside a subgroup). Returns the threads set, or None."""
@@ -168,15 +153,12 @@ def apply(store, size, timeout, setting=None):
     env = os.environ
     if setting is None:
         setting = env.get(ENV, "auto")
-    if _decided:
-        plan(setting, env, 1, None, 1, 1)  # a bad value is still an error
-        return None
     try:
         world = int(env.get("WORLD_SIZE", ""))
     except ValueError:
         world = None
-    if size != world:
-        plan(setting, env, 1, None, 1, 1)
+    if _decided or size != world:
+        plan(setting, env, 1, None, 1, 1)  # nothing to decide here; a bad value is still an error
         return None
     import torch
     _decided = True
@@ -188,10 +170,10 @@ def apply(store, size, timeout, setting=None):
     # not answer is late to init_process_group or LOCAL_WORLD_SIZE is wrong: a bounded wait,
     # then torch's threads stay.
     timeout = min(timeout, timedelta(seconds=120)) if isinstance(timeout, timedelta) else timedelta(seconds=120)
-    announced = announce(store, env, own)
+    announced = announce(store, env, node_key, own)
     now = torch.get_num_threads()
     n, why = plan(setting, env, now, _at_import, len(own),
-                  lambda: node_cpus(store, env, timeout) if announced else None)
+                  lambda: node_cpus(store, env, node_key, timeout) if announced else None)
     if n is None:
         return None
     torch.set_num_threads(n)

@@ -94,23 +94,23 @@ class DictStore:
 
 
 def _rank_env(local_rank, **extra):
-    return dict({"LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": "2", "SMDDP_NODE_ID": "n0"}, **extra)
+    return dict({"LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": "2"}, **extra)
 
 
 def test_the_node_is_the_union_of_its_ranks_cpus():
     m, store = _intra_op(), DictStore()
     from datetime import timedelta
-    assert m.announce(store, _rank_env(0), {0, 1}) and m.announce(store, _rank_env(1), {2, 3, 1})
-    assert m.node_cpus(store, _rank_env(0), timedelta(seconds=1)) == 4
+    assert m.announce(store, _rank_env(0), "n0", {0, 1}) and m.announce(store, _rank_env(1), "n0", {2, 3, 1})
+    assert m.node_cpus(store, _rank_env(0), "n0", timedelta(seconds=1)) == 4
     # another node's ranks, and a restarted attempt, are apart
-    assert m.announce(store, _rank_env(0, SMDDP_NODE_ID="n1"), {0})
-    assert m.node_cpus(store, _rank_env(0, SMDDP_NODE_ID="n1"), timedelta(seconds=1)) is None
-    assert m.node_cpus(store, _rank_env(0, TORCHELASTIC_RESTART_COUNT="1"), timedelta(seconds=1)) is None
+    assert m.announce(store, _rank_env(0), "n1", {0})
+    assert m.node_cpus(store, _rank_env(0), "n1", timedelta(seconds=1)) is None
+    assert m.node_cpus(store, _rank_env(0, TORCHELASTIC_RESTART_COUNT="1"), "n0", timedelta(seconds=1)) is None
     # a value that is not a CPU list leaves the threads
     store.set(next(k for k in store.d if "/n0/" in k), "garbage")
-    assert m.node_cpus(store, _rank_env(1), timedelta(seconds=1)) is None
+    assert m.node_cpus(store, _rank_env(1), "n0", timedelta(seconds=1)) is None
     # no local rank or size: nothing said, nothing asked
-    assert not m.announce(store, {"LOCAL_WORLD_SIZE": "2"}, {0}) and m.node_cpus(store, {}, timedelta(seconds=1)) is None
+    assert not m.announce(store, {"LOCAL_WORLD_SIZE": "2"}, "n0", {0}) and m.node_cpus(store, {}, "n0", timedelta(seconds=1)) is None
 
 
 def test_a_subgroups_backend_asks_nobody(monkeypatch):
@@ -118,10 +118,10 @@ def test_a_subgroups_backend_asks_nobody(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert m.apply(store, 2, None, "auto") is None
+    assert m.apply(store, 2, None, "n0", "auto") is None
     assert store.d == {}
     with pytest.raises(ValueError, match="SMDDP_INTRA_OP_THREADS"):
-        m.apply(store, 2, None, "bad")
+        m.apply(store, 2, None, "n0", "bad")
 
 
 def _threads(p):
