@@ -47,11 +47,11 @@ std::string next_store_prefix(Store& store, const std::string& name, int rank) {
   return "smddp/" + name + "/" + std::to_string(generation) + "/";
 }
 
-shm::GroupConfig group_config(int size) {
+// `oversubscribed`: more of the communicator's ranks than cores on this kernel
+// (topology::Topology::oversubscribed; the same answer on every rank of a node, so their
+// layouts agree).
+shm::GroupConfig group_config(bool oversubscribed) {
   shm::GroupConfig c;
-  // More ranks than cores (the same answer on every rank of the node, so their layouts agree).
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  const bool oversubscribed = cpus > 0 && size > cpus;
   // With more ranks than cores every round is a wait for a rank that may not be running: fewer,
   // larger rounds were 20-45% faster from 1 MiB up at w=4 on 2 cores; with a core per rank the
   // smaller chunk pipelines better (docs/performance.md).
@@ -60,7 +60,9 @@ shm::GroupConfig group_config(int size) {
                      : static_cast<size_t>(config::get_int("SMDDP_SHM_CHUNK"));
   c.fifo_bytes = static_cast<size_t>(config::get_int("SMDDP_SHM_FIFO"));
   c.spin = static_cast<int>(config::get_int("SMDDP_SPIN"));
-  // More ranks than cores: spinning only steals the time slice of the rank we wait for.
+  // More ranks than cores: spinning only steals the time slice of the rank we wait for. That
+  // counts the ranks of other nodes on this kernel too (network namespaces, containers): their
+  // ranks are the ones a node's rank waits for between hosts, on the same cores.
   if (oversubscribed) {
     c.spin = std::min(c.spin, 64);
     c.yield_to_peers = true;
@@ -90,7 +92,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     PrefixStore node_store("node" + std::to_string(topo_.node()) + "/", store_);
     try {
       shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
-                                          group_config(topo_.local_size()), options_.timeout, topo_.local_ranks());
+                                          group_config(topo_.oversubscribed()), options_.timeout, topo_.local_ranks());
     } catch (const Error& e) {
       // Ranks on other nodes wait for this one's address next: give them the reason.
       ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
@@ -124,7 +126,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                           ", but this build has no libfabric transport (SMDDP_WITH_LIBFABRIC=OFF)");
 #endif
   } else {
-    shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(size), options_.timeout);
+    shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(topo_.oversubscribed()), options_.timeout);
   }
   if (!scratch_) scratch_ = std::make_unique<algorithms::ScratchPool>();
   windows_ = device::cma_windows([g = shm_.get()](int r) { return g->pid_of(r); });

@@ -14,7 +14,7 @@ const std::vector<Param>& params() {
       {"SMDDP_DEBUG", "WARN", "Log level: WARN, INFO or TRACE (TRACE logs every collective)."},
       {"SMDDP_CHECK_CONSISTENCY", "1", "1: ranks compare each collective's kind, count, dtype, op and root before any data moves (in its first round inside a node; across nodes after one network exchange) and raise MismatchError on every rank when they differ. 0 only to measure its cost."},
       {"SMDDP_ALGO", "", "Force algorithms, e.g. 'allreduce:one_shot,allgather:direct'."},
-      {"SMDDP_SHM_CHUNK", "auto", "Bytes each rank stages per pipeline step in shared memory; auto: 256k, or 1m when the node's ranks outnumber its cores (fewer rounds, each a wait for a rank that may not be running)."},
+      {"SMDDP_SHM_CHUNK", "auto", "Bytes each rank stages per pipeline step in shared memory; auto: 256k, or 1m when the communicator's ranks on this kernel (of any node) outnumber the CPUs they may run on (fewer rounds, each a wait for a rank that may not be running)."},
       {"SMDDP_SHM_FIFO", "256k", "Bytes of each point-to-point shared-memory FIFO (one per ordered rank pair)."},
       {"SMDDP_CUDA_WINDOW_MIN", "1M", "Smallest allreduce, allgather or reduce_scatter on GPU memory (bytes, all ranks' data) read from the peers' buffers through CUDA IPC instead of staged through shared memory."},
       {"SMDDP_ONE_SHOT_MAX", "32k", "Largest allreduce (bytes) sent by the one-shot algorithm when not forced."},
@@ -32,7 +32,7 @@ const std::vector<Param>& params() {
       {"SMDDP_OFI_RMA", "auto", "Collective messages of at least this many bytes go between nodes by RMA write where the provider has it; off: tagged only; auto: 1m over native tcp, off over tcp;ofi_rxm (a failing connection mid-write crashes rxm) and elsewhere."},
       {"SMDDP_CUDA_SMS", "8", "Most SMs (thread blocks) a reduction kernel of a CUDA collective launches with; the rest stay with the model's kernels. Logged per device at SMDDP_DEBUG=INFO."},
       {"SMDDP_INTRA_OP_THREADS", "auto", "Python: torch's intra-op threads, set when the backend is created. auto: where OMP_NUM_THREADS is unset, LOCAL_WORLD_SIZE > 1 and torch's count is what it was at import smddp, a rank with more threads than its share of the node's CPUs (the union of its ranks' affinities) gets its share (torch's OpenMP pool otherwise spins on the cores the collectives need); keep: unchanged; N: N threads."},
-      {"SMDDP_SPIN", "20000", "Polls of a shared flag before a waiting rank sleeps until a peer arrives (with more local ranks than cores: 64 at most, then brief yields)."},
+      {"SMDDP_SPIN", "20000", "Polls of a shared flag before a waiting rank sleeps until a peer arrives (with more of the communicator's ranks on this kernel than CPUs: 64 at most, then brief yields)."},
   };
   return table;
 }

@@ -1,24 +1,86 @@
 #include "topology/topology.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/config.h"
+#include "smddp/errors.h"
 
 namespace smddp::topology {
+
+namespace {
+
+std::string boot_id() {
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return boot.empty() ? "unknown" : boot;
+}
+
+std::vector<int> own_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  if (out.empty()) {  // no affinity to read: every online CPU
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int c = 0; c < std::max(1L, n); ++c) out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string local_node_key() {
   std::string forced = config::get_string("SMDDP_NODE_ID");
   if (!forced.empty()) return "id:" + forced;
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return std::string(host) + ":" + boot;
+  return std::string(host) + ":" + boot_id();
+}
+
+std::string cpu_ranges(const std::vector<int>& cpus) {
+  std::ostringstream os;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    os << (i ? "," : "") << cpus[i];
+    if (j > i) os << '-' << cpus[j];
+    i = j + 1;
+  }
+  return os.str();
+}
+
+std::vector<int> parse_cpu_ranges(const std::string& text) {
+  std::vector<int> out;
+  std::istringstream in(text);
+  std::string run;
+  while (std::getline(in, run, ',')) {
+    const size_t dash = run.find('-');
+    try {
+      size_t used = 0;
+      const int lo = std::stoi(run.substr(0, dash), &used);
+      if (used != (dash == std::string::npos ? run.size() : dash)) return {};
+      int hi = lo;
+      if (dash != std::string::npos) {
+        hi = std::stoi(run.substr(dash + 1), &used);
+        if (used != run.size() - dash - 1) return {};
+      }
+      if (lo < 0 || hi < lo || hi >= (1 << 20)) return {};
+      for (int c = lo; c <= hi; ++c) out.push_back(c);
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+  return out;
 }
 
 int Topology::local_rank() const {
@@ -58,20 +120,35 @@ std::string Topology::describe() const {
        << ") ranks";
     for (int r : node_ranks[n]) os << ' ' << r;
   }
+  os << "; " << kernel_ranks << (kernel_ranks == 1 ? " rank" : " ranks") << " on this kernel's " << kernel_cpus
+     << (kernel_cpus == 1 ? " CPU" : " CPUs") << (oversubscribed() ? " (oversubscribed)" : "");
   return os.str();
 }
 
 Topology discover(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
-  const std::string mine = local_node_key();
+  // "<boot id> <cpu ranges> <node key>": the node key last, since SMDDP_NODE_ID may hold spaces.
+  const std::string my_kernel = boot_id();
+  const std::string mine = my_kernel + " " + cpu_ranges(own_cpus()) + " " + local_node_key();
   store.set("topo/node/" + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   Topology t;
   t.rank = rank;
   t.size = size;
   t.node_of.resize(static_cast<size_t>(size));
+  t.kernel_ranks = 0;
+  std::set<int> kernel_cpus;
   std::map<std::string, int> index;
   for (int r = 0; r < size; ++r) {
     auto v = store.get("topo/node/" + std::to_string(r), timeout);
-    std::string key(v.begin(), v.end());
+    const std::string record(v.begin(), v.end());
+    const size_t a = record.find(' '), b = a == std::string::npos ? a : record.find(' ', a + 1);
+    if (b == std::string::npos)
+      throw Error("smddp: rank " + std::to_string(rank) + ": rank " + std::to_string(r) +
+                  "'s topology record is malformed (a different smddp version?): '" + record + "'");
+    if (record.compare(0, a, my_kernel) == 0 && a == my_kernel.size()) {
+      ++t.kernel_ranks;
+      for (int c : parse_cpu_ranges(record.substr(a + 1, b - a - 1))) kernel_cpus.insert(c);
+    }
+    std::string key = record.substr(b + 1);
     auto it = index.find(key);
     if (it == index.end()) {
       it = index.emplace(key, static_cast<int>(t.node_ranks.size())).first;
@@ -81,6 +158,7 @@ Topology discover(Store& store, int rank, int size, std::chrono::milliseconds ti
     t.node_of[static_cast<size_t>(r)] = it->second;
     t.node_ranks[static_cast<size_t>(it->second)].push_back(r);
   }
+  t.kernel_cpus = std::max<int>(1, static_cast<int>(kernel_cpus.size()));
   return t;
 }
 

@@ -2,6 +2,12 @@
 // set, for tests and containers; else hostname + kernel boot id, so two containers on one host
 // with different host names are still one node only if they say so) and reads everyone's.
 // Nodes are numbered in order of their lowest rank; a node's leader is its lowest rank.
+//
+// Beside it each rank publishes its kernel (boot id) and the CPUs it may run on, so a rank knows
+// how many of the communicator's ranks compete for the same cores. That is not the node's size:
+// pretend nodes (SMDDP_NODE_ID, network namespaces, containers of one job on one machine) share
+// a kernel and its cores. Every rank of a node reads the same answer, since a node's ranks share
+// one kernel.
 #pragma once
 
 #include <chrono>
@@ -18,6 +24,8 @@ struct Topology {
   std::vector<int> node_of;                 // node index of every rank
   std::vector<std::vector<int>> node_ranks; // ranks of every node, ascending
   std::vector<std::string> node_keys;       // what identified each node
+  int kernel_ranks = 1;  // ranks of the communicator on this rank's kernel (any node)
+  int kernel_cpus = 1;   // CPUs those ranks may run on, all together (union of their affinities)
 
   int node() const { return node_of[static_cast<size_t>(rank)]; }
   int num_nodes() const { return static_cast<int>(node_ranks.size()); }
@@ -34,12 +42,19 @@ struct Topology {
   // every other node, so a node whose ranks agree among themselves hears of any rank elsewhere
   // that differs. Ascending.
   std::vector<int> agreement_partners() const;
+  // More ranks than cores on this kernel: a waiting rank's spin takes the core of the rank it
+  // waits for, so waits yield and rounds are fewer and larger.
+  bool oversubscribed() const { return kernel_ranks > kernel_cpus; }
   // "2 nodes: node 0 (vm) ranks 0-1, node 1 (vm2) ranks 2-3" for the INFO log.
   std::string describe() const;
 };
 
 // This process's node key (SMDDP_NODE_ID or hostname:boot-id).
 std::string local_node_key();
+
+// The CPUs this process may run on as ranges ("0-3,8"), and back (malformed text: empty).
+std::string cpu_ranges(const std::vector<int>& cpus);
+std::vector<int> parse_cpu_ranges(const std::string& text);
 
 // Collective over all ranks of the store's group.
 Topology discover(Store& store, int rank, int size, std::chrono::milliseconds timeout);

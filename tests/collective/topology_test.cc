@@ -2,6 +2,9 @@
 // all ranks of this machine are one node.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "collective/harness.h"
@@ -73,6 +76,43 @@ TEST(Topology, AgreementPartnersAreSymmetricAndCoverEveryNode) {
   }
   // Even nodes pair like the hierarchical algorithms' peers: one partner per other node.
   EXPECT_EQ(layout({4, 4, 4}, 5).agreement_partners(), (std::vector<int>{1, 9}));
+}
+
+// Pretend nodes on one machine share its kernel and cores: a rank counts every rank of the
+// communicator on its kernel, and the CPUs they may run on together, not its node's size
+// (docs/performance.md, between nodes: spinning as if each pretend node had cores of its own
+// took the cores of the ranks it waited for).
+TEST(Topology, RanksOfEveryNodeOnThisKernelCountAgainstTheUnionOfTheirCpus) {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  for (const bool one_cpu : {false, true}) {
+    RunOptions ro;
+    ro.rank_env = {{{"SMDDP_NODE_ID", "a"}}, {{"SMDDP_NODE_ID", "a"}}, {{"SMDDP_NODE_ID", "b"}}};
+    auto res = run_ranks(3, [&](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+      // Each rank on a CPU of its own (as mpirun --bind-to core does), or all on CPU 0.
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(one_cpu ? 0 : static_cast<int>(rank % online), &set);
+      if (sched_setaffinity(0, sizeof set, &set) != 0) return rep.fail("sched_setaffinity");
+      auto t = topology::discover(*store, rank, w, std::chrono::seconds(30));
+      const int want_cpus = one_cpu ? 1 : static_cast<int>(std::min<long>(online, 3));
+      if (t.num_nodes() != 2) rep.fail("nodes: " + t.describe());
+      if (t.kernel_ranks != 3) rep.fail("kernel ranks " + std::to_string(t.kernel_ranks) + ": " + t.describe());
+      if (t.kernel_cpus != want_cpus) rep.fail("kernel cpus " + std::to_string(t.kernel_cpus) + ": " + t.describe());
+      if (t.oversubscribed() != (3 > want_cpus)) rep.fail("oversubscribed: " + t.describe());
+      if (t.describe().find("; 3 ranks on this kernel's " + std::to_string(want_cpus)) == std::string::npos)
+        rep.fail("describe: " + t.describe());
+    }, ro);
+    ASSERT_TRUE(res.ok()) << (one_cpu ? "all on CPU 0: " : "a CPU each: ") << res.summary();
+  }
+}
+
+// What a record carries across ranks: CPU sets as ranges, and nothing from text that is not one.
+TEST(Topology, CpuRangesRoundTrip) {
+  const std::vector<std::vector<int>> sets = {{0}, {0, 1}, {0, 1, 2, 3, 8}, {1, 3, 5}, {4, 5, 6, 10, 11, 63}};
+  for (const auto& cpus : sets) EXPECT_EQ(topology::parse_cpu_ranges(topology::cpu_ranges(cpus)), cpus);
+  EXPECT_EQ(topology::cpu_ranges({0, 1, 2, 3, 8}), "0-3,8");
+  for (const char* bad : {"x", "1-", "-1", "3-1", "1,,2", "1-2-3", "2x"})
+    EXPECT_TRUE(topology::parse_cpu_ranges(bad).empty()) << bad;
 }
 
 TEST(Topology, SameMachineIsOneNode) {
