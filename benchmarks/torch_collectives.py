@@ -281,29 +281,39 @@ def driver(args):
     # Rounds outside, then modes, backends inside: the backends of one mode run back to back, so a
     # change in the machine's background load shows in every backend of that table alike; with
     # several rounds the backends' order flips every round and each point is the median.
+    # --paired swaps the inner two: each backend runs its modes back to back (their order flipping
+    # every round), so a mode's ratio to OMP_NUM_THREADS=1 is taken within seconds, per round.
+    def schedule(rnd):
+        flip = (lambda xs: xs[::-1]) if rnd % 2 else (lambda xs: xs)
+        if args.paired:
+            return [(m, b) for b in flip(backends) for m in flip(modes)]
+        return [(m, b) for m in modes for b in flip(backends)]
+
     for rnd in range(args.rounds):
-        for mode in modes:
-            for backend in backends[::-1] if rnd % 2 else backends:
-                if (backend, mode) in failed:
-                    continue
-                try:
-                    rows += run_backend(backend, mode, me, common, env, args)
-                except SystemExit as e:
-                    if backend == "smddp" or not args.peers_may_fail:
-                        raise
-                    # A peer that cannot run here (NCCL with two ranks on one GPU refuses:
-                    # "Duplicate GPU detected") is reported in the table instead of ending
-                    # smddp's numbers.
-                    failed.add((backend, mode))
-                    args.failed.append(f"{backend} (OMP_NUM_THREADS{MODE_TITLE[mode]}): {e}; its stderr is above")
+        for mode, backend in schedule(rnd):
+            if (backend, mode) in failed:
+                continue
+            try:
+                rows += [dict(r, round=rnd) for r in run_backend(backend, mode, me, common, env, args)]
+            except SystemExit as e:
+                if backend == "smddp" or not args.peers_may_fail:
+                    raise
+                # A peer that cannot run here (NCCL with two ranks on one GPU refuses:
+                # "Duplicate GPU detected") is reported in the table instead of ending
+                # smddp's numbers.
+                failed.add((backend, mode))
+                args.failed.append(f"{backend} (OMP_NUM_THREADS{MODE_TITLE[mode]}): {e}; its stderr is above")
         if args.memcpy:
-            rows += memcpy_rows(sizes(parse_size(args.min), parse_size(args.max), args.factor), args.iters)
+            rows += [dict(r, round=rnd) for r in
+                     memcpy_rows(sizes(parse_size(args.min), parse_size(args.max), args.factor), args.iters)]
     # A peer that failed in some round is not measured in its mode at all (its earlier rounds'
     # rows would be a median of fewer runs, under a header that says it was not measured).
     rows = [r for r in rows if (r["backend"], r.get("mode", "1")) not in failed]
+    per_round = rows
     if args.rounds > 1:
+        write_csv(os.path.join(args.out, "results_rounds.csv"), rows)
         rows = median_rows(rows)
-    write_outputs(rows, args)
+    write_outputs(rows, args, per_round if args.rounds > 1 else None)
     bad = [r for r in rows if r["wrong"]]
     if bad:
         raise SystemExit(f"{len(bad)} results had wrong elements: {bad[:3]}")
@@ -319,6 +329,7 @@ def median_rows(rows):
     for rs in groups.values():
         ok = [r for r in rs if r["time_us"] == r["time_us"]]
         m = dict(ok[0] if ok else rs[0])
+        m.pop("round", None)
         m["wrong"] = sum(r["wrong"] for r in rs)
         m["error"] = "; ".join(sorted({r["error"] for r in rs if r.get("error")}))
         if ok:
@@ -433,23 +444,65 @@ def read_rows(path):
         return [dict(r, world=int(r["world"]), bytes=int(r["bytes"]), time_us=float(r["time_us"]),
                      algbw=float(r["algbw"]), busbw=float(r["busbw"]), wrong=int(r["wrong"]),
                      mode=r.get("mode") or "1", cpu_us=float(r.get("cpu_us") or "nan"),
-                     iter_us=float(r.get("iter_us") or "nan"))
+                     iter_us=float(r.get("iter_us") or "nan"),
+                     **({"round": int(r["round"])} if r.get("round") not in (None, "") else {}))
                 for r in csv.DictReader(f)]
 
 
-def write_outputs(rows, args):
+def write_csv(path, rows):
     fields = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error", "mode", "cpu_us",
-              "iter_us"]
-    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
+              "iter_us", "round"]
+    with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
+
+
+def paired_tables(per_round, modes, backends, args):
+    """Per round, each mode's time over the same backend's OMP_NUM_THREADS=1 time, and Open MPI's
+    and gloo's over smddp's in the same mode: the median over rounds, then the lowest and highest.
+    A slow spell of the machine that spans one round moves both sides of its ratios alike."""
+    def spread(values):
+        if not values:
+            return "n/a"
+        return f"{statistics.median(values):.2f}x ({min(values):.2f}–{max(values):.2f})"
+
+    by = {(r["round"], r["backend"], r["op"], r.get("mode", "1"), r["bytes"]): r["time_us"] for r in per_round
+          if r["time_us"] == r["time_us"] and not r.get("error") and not r["wrong"]}
+    rounds = sorted({k[0] for k in by})
+    lines = []
+    for op in [o for o in args.ops.split(",") if not o.endswith("_step")]:
+        lines.append(f"\n## {op}, paired within each round (median over {len(rounds)} rounds, lowest–highest)\n")
+        cols = [(f"{b} {m}/=1", b, m, None) for m in modes if m != "1" and "1" in modes
+                for b in backends if b != "memcpy"]
+        cols += [(f"{p}/smddp, {m}", p, m, "smddp") for m in modes for p in backends if p not in ("smddp", "memcpy")
+                 and "smddp" in backends]
+        lines.append("| size (B) | " + " | ".join(c[0] for c in cols) + " |")
+        lines.append("|---|" + "---|" * len(cols))
+        for nbytes in sorted({k[4] for k in by if k[2] == op}):
+            cells = []
+            for _, b, m, over in cols:
+                vals = []
+                for k in rounds:
+                    num = by.get((k, b, op, m, nbytes))
+                    den = by.get((k, over or b, op, m if over else "1", nbytes))
+                    if num is not None and den:
+                        vals.append(num / den)
+                cells.append(spread(vals))
+            lines.append(f"| {nbytes} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_outputs(rows, args, per_round=None):
+    write_csv(os.path.join(args.out, "results.csv"), rows)
     backends = [b for b in args.backends.split(",")]
     modes = [m for m in args.contention.split(",")]
     lim = {r["bytes"]: r for r in rows if r["backend"] == "memcpy"}
     lines = [f"# torch.distributed collectives, {args.np} processes on one node\n"]
     if getattr(args, "rounds", 1) > 1:
-        lines.append(f"Each point: the median of {args.rounds} runs of each backend, their order alternating.\n")
+        lines.append(f"Each point: the median of {args.rounds} runs of each backend, their order alternating"
+                     + ("; each backend ran its modes back to back (`--paired`).\n" if getattr(args, "paired", False)
+                        else ".\n"))
     if getattr(args, "offset", 0):
         lines.append(f"Every tensor is a view {args.offset} float32 elements ({4 * args.offset} bytes) into its "
                      "buffer, off torch's 64-byte alignment.\n")
@@ -462,6 +515,8 @@ def write_outputs(rows, args):
     for mode in modes:
         lines += mode_tables([r for r in rows if r.get("mode", "1") == mode and r["backend"] != "memcpy"],
                              mode if len(modes) > 1 else None, backends, lim, args)
+    if per_round and (len(modes) > 1 or len(backends) > 1):
+        lines += paired_tables(per_round, modes, backends, args)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     try:
@@ -526,6 +581,9 @@ def main():
     ap.add_argument("--contention", default="1",
                     help="comma list of 1 (OMP_NUM_THREADS=1), unset (torch's default pool), hog (=1 plus a busy "
                          "process per core)")
+    ap.add_argument("--paired", action="store_true",
+                    help="each backend runs its --contention modes back to back (their order flipping each round) "
+                         "instead of each mode's backends; with --rounds N the report adds per-round ratios")
     ap.add_argument("--mode", default="1", help=argparse.SUPPRESS)
     ap.add_argument("--omp-unset", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--peers-may-fail", action="store_true",
@@ -537,7 +595,9 @@ def main():
     args = ap.parse_args()
     args.failed = []  # peers that could not run (driver)
     if args.from_csv:
-        write_outputs(read_rows(os.path.join(args.out, "results.csv")), args)
+        rounds_csv = os.path.join(args.out, "results_rounds.csv")
+        write_outputs(read_rows(os.path.join(args.out, "results.csv")), args,
+                      read_rows(rounds_csv) if os.path.exists(rounds_csv) else None)
         return
     worker(args) if args.worker else driver(args)
 

@@ -90,18 +90,33 @@ def hog_processes():
 
 def test_contention_modes_smoke(smddp_built, tmp_path):
     """--contention runs each backend three ways (#18); every mode gets its table and its rows carry
-    the CPU time spent, and the busy processes of the hog mode are gone afterwards."""
+    the CPU time spent, and the busy processes of the hog mode are gone afterwards. --paired with
+    --rounds 2: each backend runs its modes back to back, every round's rows are kept, and the
+    report adds the per-round ratios (what targets.py reads for #18)."""
     out = tmp_path / "bench"
+    modes = ("1", "unset", "hog")
     p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "torch_collectives.py"), "--np", "2",
                         "--backends", "smddp,gloo", "--ops", "allreduce", "--min", "8", "--max", "4K",
-                        "--factor", "512", "--iters", "3", "--contention", "1,unset,hog", "--out", str(out)],
+                        "--factor", "512", "--iters", "3", "--contention", ",".join(modes), "--paired",
+                        "--rounds", "2", "--out", str(out)],
                        capture_output=True, text=True, timeout=600, env=child_env(), cwd=REPO)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
-    assert {(r["backend"], r["mode"]) for r in rows} == {(b, m) for b in ("smddp", "gloo") for m in ("1", "unset", "hog")}
+    assert {(r["backend"], r["mode"]) for r in rows} == {(b, m) for b in ("smddp", "gloo") for m in modes}
     assert all(r["wrong"] == "0" and float(r["cpu_us"]) > 0 for r in rows), rows
+    assert len(rows) == 2 * 3 * 2, "one median row per backend, mode and size"
+    with open(out / "results_rounds.csv") as f:
+        per_round = list(csv.DictReader(f))
+    assert sorted((r["round"], r["backend"], r["mode"], r["bytes"]) for r in per_round) == sorted(
+        (str(k), b, m, n) for k in (0, 1) for b in ("smddp", "gloo") for m in modes for n in ("8", "4096"))
+    # The order the runs started in: round 0 smddp's three modes, then gloo's; round 1 reversed.
+    started = [line for line in p.stdout.splitlines() if line.startswith("== ")]
+    want = [(b, m) for b in ("smddp", "gloo") for m in modes]
+    want += [(b, m) for b in ("gloo", "smddp") for m in modes[::-1]]
+    assert [line.split(" (")[0][3:] for line in started] == [b for b, _ in want], started
     md = (out / "results.md").read_text()
-    for title in ("OMP_NUM_THREADS=1 (", "OMP_NUM_THREADS unset (", "OMP_NUM_THREADS=1, one busy process per core"):
-        assert title in md, md[:2000]
+    for title in ("OMP_NUM_THREADS=1 (", "OMP_NUM_THREADS unset (", "OMP_NUM_THREADS=1, one busy process per core",
+                  "paired within each round (median over 2 rounds", "| smddp unset/=1 |", "| gloo/smddp, hog |"):
+        assert title in md, md[:3000]
     assert not hog_processes(), "the hog mode left busy processes behind"

@@ -12,7 +12,7 @@ from conftest import REPO
 
 pytestmark = pytest.mark.one_torch  # plain Python: one suite is enough
 
-FIELDS = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error", "mode", "cpu_us"]
+FIELDS = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error", "mode", "cpu_us", "round"]
 
 
 def write_csv(path, rows):
@@ -89,3 +89,26 @@ def test_verdicts_on_known_ratios(tmp_path):
     assert t[("smddp OMP unset / OMP=1 (time)", w2)][4:] == ["worst 1.30x at 8 B", "no"]
     assert t[("OMP unset: Open MPI / smddp (time)", w2)][4:] == ["worst 0.92x at 8 B", "no"]
     assert t[("beside a busy core: smddp's slowdown / Open MPI's", w2)][4:] == ["worst 1.50x at 8 B", "no"]
+
+
+def test_contention_ratios_pair_within_rounds(tmp_path):
+    """With every round kept (results_rounds.csv), #18's ratios are taken within each round and the
+    median over rounds is the figure: here the medians of separate runs would read 0.75x (a pass by
+    accident) while the rounds' own ratios are 1.2, 1.1 and 0.5. A round where smddp failed is a miss."""
+    rounds = [(10.0, 12.0, 12.0, 12.0), (20.0, 22.0, 20.0, 20.0), (30.0, 15.0, 40.0, 40.0)]
+    rows = []
+    for k, (s1, su, m1, mu) in enumerate(rounds):
+        rows += [row("smddp", "allreduce", 8, s1, round=k), row("smddp", "allreduce", 8, su, mode="unset", round=k),
+                 row("mpi", "allreduce", 8, m1, round=k), row("mpi", "allreduce", 8, mu, mode="unset", round=k)]
+        # 4 KiB: smddp unset failed in the last round
+        rows += [row("smddp", "allreduce", 4096, 10.0, round=k),
+                 row("smddp", "allreduce", 4096, float("nan") if k == 2 else 10.0, mode="unset", round=k,
+                     error="timed out" if k == 2 else "")]
+    write_csv(tmp_path / "contention_np2" / "results_rounds.csv", rows)
+    t = report(tmp_path)
+    w2 = "w=2, allreduce, torch"
+    paired = " (median of per-round ratios)"
+    assert t[("smddp OMP unset / OMP=1 (time)" + paired, w2)][4:] == [
+        "worst 1.10x at 8 B; 1 of 2 points miss (1 not measured)", "no"]
+    # Open MPI's unset over smddp's, per round: 1.0, 0.91, 2.67 -> 1.0
+    assert t[("OMP unset: Open MPI / smddp (time)" + paired, w2)][4:] == ["worst 1.00x at 8 B", "yes"]
