@@ -155,29 +155,31 @@ def contention_targets(d):
                           higher=False)
         sizes = sorted({r["bytes"] for rs in rounds for r in rs if r["backend"] == "smddp"})
         for n in sizes:
+            # Per ratio: the rounds whose peer side was measured (a round where Open MPI failed
+            # says nothing of smddp), and smddp's ratio in each of them.
             ratios = {"same": [], "vs_mpi": [], "hog": []}
-            seen = {"same": False, "vs_mpi": False, "hog": False}
+            needed = {"same": 0, "vs_mpi": 0, "hog": 0}
             for rows in rounds:
                 one, unset, hog = index(rows, "1"), index(rows, "unset"), index(rows, "hog")
                 s1, su, sh = (m.get(("smddp", "allreduce", n)) for m in (one, unset, hog))
                 m1, mu, mh = (m.get(("mpi", "allreduce", n)) for m in (one, unset, hog))
                 if s1 is not None or su is not None:
-                    seen["same"] = True
+                    needed["same"] += 1
                     if measured(s1) and measured(su):
                         ratios["same"].append(su["time_us"] / s1["time_us"])
                 if measured(mu):
-                    seen["vs_mpi"] = True
+                    needed["vs_mpi"] += 1
                     if measured(su):
                         ratios["vs_mpi"].append(mu["time_us"] / su["time_us"])
                 if measured(m1) and measured(mh):
-                    seen["hog"] = True
+                    needed["hog"] += 1
                     if measured(s1) and measured(sh):
                         ratios["hog"].append((sh["time_us"] / s1["time_us"]) / (mh["time_us"] / m1["time_us"]))
             for key, target in (("same", same), ("vs_mpi", vs_mpi), ("hog", hog_loss)):
-                if seen[key]:
+                if needed[key]:
                     # A round where smddp was not measured is a miss, not a round left out.
-                    complete = len(ratios[key]) == len(rounds) or not per_round
-                    target.add(n, statistics.median(ratios[key]) if ratios[key] and complete else None)
+                    complete = len(ratios[key]) == needed[key]
+                    target.add(n, statistics.median(ratios[key]) if complete else None)
         out += [same, vs_mpi, hog_loss]
     return out
 

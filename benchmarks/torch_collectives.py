@@ -281,12 +281,15 @@ def driver(args):
     # Rounds outside, then modes, backends inside: the backends of one mode run back to back, so a
     # change in the machine's background load shows in every backend of that table alike; with
     # several rounds the backends' order flips every round and each point is the median.
-    # --paired swaps the inner two: each backend runs its modes back to back (their order flipping
-    # every round), so a mode's ratio to OMP_NUM_THREADS=1 is taken within seconds, per round.
+    # --paired swaps the inner two: each backend runs its modes back to back, so a mode's ratio to
+    # OMP_NUM_THREADS=1 is taken within seconds, per round. The modes rotate by one each round
+    # (not flip: with three, flipping keeps the middle one in the middle), since on this machine
+    # the second of two back-to-back runs was often the slower one.
     def schedule(rnd):
         flip = (lambda xs: xs[::-1]) if rnd % 2 else (lambda xs: xs)
         if args.paired:
-            return [(m, b) for b in flip(backends) for m in flip(modes)]
+            k = rnd % len(modes)
+            return [(m, b) for b in flip(backends) for m in modes[k:] + modes[:k]]
         return [(m, b) for m in modes for b in flip(backends)]
 
     for rnd in range(args.rounds):
@@ -310,9 +313,14 @@ def driver(args):
     # rows would be a median of fewer runs, under a header that says it was not measured).
     rows = [r for r in rows if (r["backend"], r.get("mode", "1")) not in failed]
     per_round = rows
+    rounds_csv = os.path.join(args.out, "results_rounds.csv")
     if args.rounds > 1:
-        write_csv(os.path.join(args.out, "results_rounds.csv"), rows)
+        write_csv(rounds_csv, rows)
         rows = median_rows(rows)
+    else:
+        rows = [{k: v for k, v in r.items() if k != "round"} for r in rows]
+        if os.path.exists(rounds_csv):  # an earlier run's, which targets.py would read instead
+            os.unlink(rounds_csv)
     write_outputs(rows, args, per_round if args.rounds > 1 else None)
     bad = [r for r in rows if r["wrong"]]
     if bad:
@@ -501,7 +509,7 @@ def write_outputs(rows, args, per_round=None):
     lines = [f"# torch.distributed collectives, {args.np} processes on one node\n"]
     if getattr(args, "rounds", 1) > 1:
         lines.append(f"Each point: the median of {args.rounds} runs of each backend, their order alternating"
-                     + ("; each backend ran its modes back to back (`--paired`).\n" if getattr(args, "paired", False)
+                     + ("; each backend ran its modes back to back, their order rotating (`--paired`).\n" if getattr(args, "paired", False)
                         else ".\n"))
     if getattr(args, "offset", 0):
         lines.append(f"Every tensor is a view {args.offset} float32 elements ({4 * args.offset} bytes) into its "
@@ -582,7 +590,7 @@ def main():
                     help="comma list of 1 (OMP_NUM_THREADS=1), unset (torch's default pool), hog (=1 plus a busy "
                          "process per core)")
     ap.add_argument("--paired", action="store_true",
-                    help="each backend runs its --contention modes back to back (their order flipping each round) "
+                    help="each backend runs its --contention modes back to back (their order rotating each round) "
                          "instead of each mode's backends; with --rounds N the report adds per-round ratios")
     ap.add_argument("--mode", default="1", help=argparse.SUPPRESS)
     ap.add_argument("--omp-unset", action="store_true", help=argparse.SUPPRESS)

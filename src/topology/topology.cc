@@ -16,10 +16,22 @@ namespace smddp::topology {
 
 namespace {
 
+std::string host_name() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
 std::string boot_id() {
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return boot.empty() ? "unknown" : boot;
+  // Unreadable (a sandbox): the host name instead, so that hosts that cannot read theirs are
+  // not all counted as one kernel. No spaces: the record is split at them.
+  if (boot.empty()) {
+    boot = "unknown:" + host_name();
+    std::replace(boot.begin(), boot.end(), ' ', '_');
+  }
+  return boot;
 }
 
 std::vector<int> own_cpus() {
@@ -42,9 +54,7 @@ std::vector<int> own_cpus() {
 std::string local_node_key() {
   std::string forced = config::get_string("SMDDP_NODE_ID");
   if (!forced.empty()) return "id:" + forced;
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return std::string(host) + ":" + boot_id();
+  return host_name() + ":" + boot_id();
 }
 
 std::string cpu_ranges(const std::vector<int>& cpus) {
@@ -120,22 +130,20 @@ std::string Topology::describe() const {
        << ") ranks";
     for (int r : node_ranks[n]) os << ' ' << r;
   }
-  os << "; " << kernel_ranks << (kernel_ranks == 1 ? " rank" : " ranks") << " on this kernel's " << kernel_cpus
+  os << "; " << kernel_ranks << (kernel_ranks == 1 ? " rank" : " ranks") << " on this kernel sharing " << kernel_cpus
      << (kernel_cpus == 1 ? " CPU" : " CPUs") << (oversubscribed() ? " (oversubscribed)" : "");
   return os.str();
 }
 
 Topology discover(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
   // "<boot id> <cpu ranges> <node key>": the node key last, since SMDDP_NODE_ID may hold spaces.
-  const std::string my_kernel = boot_id();
-  const std::string mine = my_kernel + " " + cpu_ranges(own_cpus()) + " " + local_node_key();
+  const std::string mine = boot_id() + " " + cpu_ranges(own_cpus()) + " " + local_node_key();
   store.set("topo/node/" + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   Topology t;
   t.rank = rank;
   t.size = size;
   t.node_of.resize(static_cast<size_t>(size));
-  t.kernel_ranks = 0;
-  std::set<int> kernel_cpus;
+  std::vector<std::string> kernel_of(static_cast<size_t>(size)), cpus_of(static_cast<size_t>(size));
   std::map<std::string, int> index;
   for (int r = 0; r < size; ++r) {
     auto v = store.get("topo/node/" + std::to_string(r), timeout);
@@ -144,10 +152,8 @@ Topology discover(Store& store, int rank, int size, std::chrono::milliseconds ti
     if (b == std::string::npos)
       throw Error("smddp: rank " + std::to_string(rank) + ": rank " + std::to_string(r) +
                   "'s topology record is malformed (a different smddp version?): '" + record + "'");
-    if (record.compare(0, a, my_kernel) == 0 && a == my_kernel.size()) {
-      ++t.kernel_ranks;
-      for (int c : parse_cpu_ranges(record.substr(a + 1, b - a - 1))) kernel_cpus.insert(c);
-    }
+    kernel_of[static_cast<size_t>(r)] = record.substr(0, a);
+    cpus_of[static_cast<size_t>(r)] = record.substr(a + 1, b - a - 1);
     std::string key = record.substr(b + 1);
     auto it = index.find(key);
     if (it == index.end()) {
@@ -157,6 +163,17 @@ Topology discover(Store& store, int rank, int size, std::chrono::milliseconds ti
     }
     t.node_of[static_cast<size_t>(r)] = it->second;
     t.node_ranks[static_cast<size_t>(it->second)].push_back(r);
+  }
+  // The kernel is the one the node's leader published, not this rank's own reading: every rank
+  // of a node then counts the same ranks from the same records (their shared-memory layout
+  // depends on it), even if one of them read its boot id differently.
+  const std::string& kernel = kernel_of[static_cast<size_t>(t.leader())];
+  std::set<int> kernel_cpus;
+  t.kernel_ranks = 0;
+  for (int r = 0; r < size; ++r) {
+    if (kernel_of[static_cast<size_t>(r)] != kernel) continue;
+    ++t.kernel_ranks;
+    for (int c : parse_cpu_ranges(cpus_of[static_cast<size_t>(r)])) kernel_cpus.insert(c);
   }
   t.kernel_cpus = std::max<int>(1, static_cast<int>(kernel_cpus.size()));
   return t;

@@ -81,29 +81,55 @@ TEST(Topology, AgreementPartnersAreSymmetricAndCoverEveryNode) {
 // Pretend nodes on one machine share its kernel and cores: a rank counts every rank of the
 // communicator on its kernel, and the CPUs they may run on together, not its node's size
 // (docs/performance.md, between nodes: spinning as if each pretend node had cores of its own
-// took the cores of the ranks it waited for).
+// took the cores of the ranks it waited for). A fourth rank's record, published here for it,
+// says it runs on another kernel with 64 CPUs: it is a node, but neither its rank nor its CPUs
+// count here.
 TEST(Topology, RanksOfEveryNodeOnThisKernelCountAgainstTheUnionOfTheirCpus) {
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  std::vector<int> allowed;  // this process's CPUs (a container's cpuset need not start at 0)
+  cpu_set_t parent;
+  ASSERT_EQ(sched_getaffinity(0, sizeof parent, &parent), 0);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &parent)) allowed.push_back(c);
+  ASSERT_FALSE(allowed.empty());
   for (const bool one_cpu : {false, true}) {
     RunOptions ro;
     ro.rank_env = {{{"SMDDP_NODE_ID", "a"}}, {{"SMDDP_NODE_ID", "a"}}, {{"SMDDP_NODE_ID", "b"}}};
-    auto res = run_ranks(3, [&](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-      // Each rank on a CPU of its own (as mpirun --bind-to core does), or all on CPU 0.
+    auto res = run_ranks(3, [&](int rank, int, std::shared_ptr<Store> store, Report& rep) {
+      // Each rank on a CPU of its own (as mpirun --bind-to core does), or all on the first.
       cpu_set_t set;
       CPU_ZERO(&set);
-      CPU_SET(one_cpu ? 0 : static_cast<int>(rank % online), &set);
+      CPU_SET(allowed[one_cpu ? 0 : static_cast<size_t>(rank) % allowed.size()], &set);
       if (sched_setaffinity(0, sizeof set, &set) != 0) return rep.fail("sched_setaffinity");
-      auto t = topology::discover(*store, rank, w, std::chrono::seconds(30));
-      const int want_cpus = one_cpu ? 1 : static_cast<int>(std::min<long>(online, 3));
-      if (t.num_nodes() != 2) rep.fail("nodes: " + t.describe());
+      const std::string other = "another-boot-id 0-63 id:elsewhere";
+      store->set("topo/node/3", std::vector<uint8_t>(other.begin(), other.end()));
+      auto t = topology::discover(*store, rank, 4, std::chrono::seconds(30));
+      const int want_cpus = one_cpu ? 1 : static_cast<int>(std::min<size_t>(allowed.size(), 3));
+      if (t.num_nodes() != 3) rep.fail("nodes: " + t.describe());
       if (t.kernel_ranks != 3) rep.fail("kernel ranks " + std::to_string(t.kernel_ranks) + ": " + t.describe());
       if (t.kernel_cpus != want_cpus) rep.fail("kernel cpus " + std::to_string(t.kernel_cpus) + ": " + t.describe());
       if (t.oversubscribed() != (3 > want_cpus)) rep.fail("oversubscribed: " + t.describe());
-      if (t.describe().find("; 3 ranks on this kernel's " + std::to_string(want_cpus)) == std::string::npos)
+      if (t.describe().find("; 3 ranks on this kernel sharing " + std::to_string(want_cpus)) == std::string::npos)
         rep.fail("describe: " + t.describe());
     }, ro);
-    ASSERT_TRUE(res.ok()) << (one_cpu ? "all on CPU 0: " : "a CPU each: ") << res.summary();
+    ASSERT_TRUE(res.ok()) << (one_cpu ? "all on one CPU: " : "a CPU each: ") << res.summary();
   }
+}
+
+// A record that is not one (another version's, or garbage in a reused store) is an error that
+// names whose it is, not a silent guess.
+TEST(Topology, MalformedRecordIsAnErrorNamingItsRank) {
+  auto res = run_ranks(1, [](int rank, int, std::shared_ptr<Store> store, Report& rep) {
+    const std::string bad = "host:boot";
+    store->set("topo/node/1", std::vector<uint8_t>(bad.begin(), bad.end()));
+    try {
+      topology::discover(*store, rank, 2, std::chrono::seconds(5));
+      rep.fail("no error for a malformed record");
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("rank 1's topology record is malformed") == std::string::npos)
+        rep.fail(std::string("message: ") + e.what());
+    }
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
 }
 
 // What a record carries across ranks: CPU sets as ranges, and nothing from text that is not one.

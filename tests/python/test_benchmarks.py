@@ -110,11 +110,15 @@ def test_contention_modes_smoke(smddp_built, tmp_path):
         per_round = list(csv.DictReader(f))
     assert sorted((r["round"], r["backend"], r["mode"], r["bytes"]) for r in per_round) == sorted(
         (str(k), b, m, n) for k in (0, 1) for b in ("smddp", "gloo") for m in modes for n in ("8", "4096"))
-    # The order the runs started in: round 0 smddp's three modes, then gloo's; round 1 reversed.
+    # The order the runs started in: round 0 smddp's three modes, then gloo's; round 1 the
+    # backends reversed and the modes rotated by one.
     started = [line for line in p.stdout.splitlines() if line.startswith("== ")]
+    title = {"1": "=1)", "unset": " unset)", "hog": "=1, one busy"}
     want = [(b, m) for b in ("smddp", "gloo") for m in modes]
-    want += [(b, m) for b in ("gloo", "smddp") for m in modes[::-1]]
-    assert [line.split(" (")[0][3:] for line in started] == [b for b, _ in want], started
+    want += [(b, m) for b in ("gloo", "smddp") for m in modes[1:] + modes[:1]]
+    assert len(started) == len(want), started
+    for line, (b, m) in zip(started, want):
+        assert line.startswith(f"== {b} (OMP_NUM_THREADS{title[m]}"), (line, b, m)
     md = (out / "results.md").read_text()
     for title in ("OMP_NUM_THREADS=1 (", "OMP_NUM_THREADS unset (", "OMP_NUM_THREADS=1, one busy process per core",
                   "paired within each round (median over 2 rounds", "| smddp unset/=1 |", "| gloo/smddp, hog |"):

@@ -16,7 +16,7 @@
 //     compared by the first wait_all() after it was announced: ranks that disagree about a
 //     collective find out in the round they already share, before any data is combined.
 // Waits spin briefly, then sleep on a futex in the segment that arrive() rings when someone
-// sleeps (with more ranks than cores, yield briefly first; across nodes, where the network must
+// sleeps (with more ranks on this kernel than cores, yield briefly first; across nodes, where the network must
 // be polled: yield, then sleep); each one watches the deadline, the abort word and whether the
 // ranks it waits for are still alive.
 #pragma once
@@ -40,7 +40,7 @@ struct GroupConfig {
   size_t slot_bytes = 256 << 10;
   size_t fifo_bytes = 256 << 10;  // power of two
   int spin = 2000;
-  bool yield_to_peers = false;  // more local ranks than cores: yield briefly before sleeping
+  bool yield_to_peers = false;  // more ranks on this kernel than CPUs: yield briefly before sleeping
 };
 
 class Group {
