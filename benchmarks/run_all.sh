@@ -53,11 +53,12 @@ for np in 2 4; do
 done
 echo "torch sweeps done"
 
-# 2b. the cores shared (#18): OMP_NUM_THREADS=1, unset, and =1 beside one busy process per core
+# 2b. the cores shared (#18): OMP_NUM_THREADS=1, unset, and =1 beside one busy process per core;
+# 5 rounds, each backend's modes back to back: #18's ratios are read within a round (targets.py)
 for np in 2 4; do
   tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
-    --backends smddp,mpi,gloo --ops allreduce --min 8 --max 4M --factor 32 --contention 1,unset,hog \
-    --rounds 3 --out "$OUT/contention_np$np"
+    --backends smddp,mpi,gloo --ops allreduce --min 8 --max 64M --factor 32 --contention 1,unset,hog --paired \
+    --rounds 5 --out "$OUT/contention_np$np"
 done
 echo "contention sweeps done"
 
@@ -65,11 +66,11 @@ echo "contention sweeps done"
 # training): smddp as shipped (SMDDP_INTRA_OP_THREADS=auto) and with torch's pool kept (keep)
 for np in 2 4; do
   tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
-    --backends smddp,mpi,gloo --ops allreduce --min 8 --max 4M --factor 32 --contention 1,unset --compute 1M \
+    --backends smddp,mpi,gloo --ops allreduce --min 8 --max 4M --factor 32 --contention 1,unset --compute 1M --paired \
     --rounds 3 --out "$OUT/compute_np$np"
   tools/devenv run -- env PYTHONPATH=build/trixie/python SMDDP_INTRA_OP_THREADS=keep python3 \
     benchmarks/torch_collectives.py --np $np --backends smddp --ops allreduce --min 8 --max 4M --factor 32 \
-    --contention 1,unset --compute 1M --rounds 3 --out "$OUT/compute_np${np}_keep"
+    --contention 1,unset --compute 1M --paired --rounds 3 --out "$OUT/compute_np${np}_keep"
 done
 echo "compute sweeps done"
 
