@@ -84,7 +84,7 @@ std::vector<int> parse_cpu_ranges(const std::string& text) {
         hi = std::stoi(run.substr(dash + 1), &used);
         if (used != run.size() - dash - 1) return {};
       }
-      if (lo < 0 || hi < lo || hi >= (1 << 20)) return {};
+      if (lo < 0 || hi < lo || hi >= (1 << 16)) return {};  // CPU ids beyond any machine's: not a set
       for (int c = lo; c <= hi; ++c) out.push_back(c);
     } catch (const std::exception&) {
       return {};
@@ -150,7 +150,7 @@ Topology discover(Store& store, int rank, int size, std::chrono::milliseconds ti
     const std::string record(v.begin(), v.end());
     const size_t a = record.find(' '), b = a == std::string::npos ? a : record.find(' ', a + 1);
     if (b == std::string::npos)
-      throw Error("smddp: rank " + std::to_string(rank) + ": rank " + std::to_string(r) +
+      throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": rank " + std::to_string(r) +
                   "'s topology record is malformed (a different smddp version?): '" + record + "'");
     kernel_of[static_cast<size_t>(r)] = record.substr(0, a);
     cpus_of[static_cast<size_t>(r)] = record.substr(a + 1, b - a - 1);
