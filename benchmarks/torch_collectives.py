@@ -286,11 +286,11 @@ def driver(args):
     # (not flip: with three, flipping keeps the middle one in the middle), since on this machine
     # the second of two back-to-back runs was often the slower one.
     def schedule(rnd):
-        flip = (lambda xs: xs[::-1]) if rnd % 2 else (lambda xs: xs)
+        order = backends[::-1] if rnd % 2 else backends
         if args.paired:
             k = rnd % len(modes)
-            return [(m, b) for b in flip(backends) for m in modes[k:] + modes[:k]]
-        return [(m, b) for m in modes for b in flip(backends)]
+            return [(m, b) for b in order for m in modes[k:] + modes[:k]]
+        return [(m, b) for m in modes for b in order]
 
     for rnd in range(args.rounds):
         for mode, backend in schedule(rnd):
@@ -312,16 +312,16 @@ def driver(args):
     # A peer that failed in some round is not measured in its mode at all (its earlier rounds'
     # rows would be a median of fewer runs, under a header that says it was not measured).
     rows = [r for r in rows if (r["backend"], r.get("mode", "1")) not in failed]
-    per_round = rows
-    rounds_csv = os.path.join(args.out, "results_rounds.csv")
+    per_round, rounds_csv = None, os.path.join(args.out, "results_rounds.csv")
     if args.rounds > 1:
+        per_round = rows
         write_csv(rounds_csv, rows)
         rows = median_rows(rows)
     else:
         rows = [{k: v for k, v in r.items() if k != "round"} for r in rows]
         if os.path.exists(rounds_csv):  # an earlier run's, which targets.py would read instead
             os.unlink(rounds_csv)
-    write_outputs(rows, args, per_round if args.rounds > 1 else None)
+    write_outputs(rows, args, per_round)
     bad = [r for r in rows if r["wrong"]]
     if bad:
         raise SystemExit(f"{len(bad)} results had wrong elements: {bad[:3]}")

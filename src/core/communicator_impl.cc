@@ -1,7 +1,5 @@
 #include "core/communicator_impl.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <sstream>
