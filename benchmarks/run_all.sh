@@ -29,7 +29,8 @@ fi
 OUT=${1:-docs/performance}
 mkdir -p "$OUT"
 tools/host-deps
-cmake -S . -B build/host -G Ninja -DSMDDP_BUILD_BENCHMARKS=ON >/dev/null && cmake --build build/host --target smddp-perf >/dev/null
+cmake -S . -B build/host -G Ninja -DSMDDP_BUILD_BENCHMARKS=ON >/dev/null &&
+  cmake --build build/host --target smddp-perf core-to-core >/dev/null  # the probe: torch_collectives.py runs it
 tools/devenv create --suite trixie
 tools/devenv run -- bash -c "cmake -S . -B build/trixie -G Ninja -DSMDDP_BUILD_PYTHON=ON >/dev/null 2>&1 &&
   cmake --build build/trixie --target smddp_C >/dev/null"

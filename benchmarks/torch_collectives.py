@@ -24,9 +24,18 @@ beside speed. `--compute N` runs a parallel ATen operation on N float32 elements
 timed collective (torch's OpenMP pool wakes, as between a model's layers) and times the
 collectives alone and whole iterations: where the pool has a thread per core, its threads spin
 after each such operation on the cores the collective needs (#18). CPU time is not reported then.
+
+Rank 0 reads the core-to-core probe (`core-to-core`, benchmarks/core_to_core.h) just before and
+just after each row's timed loop: on a VM the host moves the vCPUs between one core complex and two
+every second or so, and every shared-memory time follows (2-3x, docs/performance.md). The paired
+ratios (`--paired --rounds N`, and targets.py) use only the rounds whose two rows read the same
+distance, where there are such rounds. `--c2c PATH` names the probe (default: $SMDDP_CORE_TO_CORE,
+else this tree's build/*/benchmarks/core-to-core, build/host's first; without one the readings
+are NaN and every round counts).
 """
 import argparse
 import csv
+import glob
 import json
 import os
 import socket
@@ -53,6 +62,35 @@ def sizes(lo, hi, factor):
         out.append(s)
         s = max(s + 1, int(s * factor))
     return out + [hi]
+
+
+C2C_SAME = 2.0  # probe readings within this factor: the vCPUs sat the same way (one complex: 30-65 ns, two: 160-230)
+
+
+def core_to_core_ns(path):
+    """One reading of the probe (ns one way between the first two CPUs), NaN without one."""
+    if not path:
+        return float("nan")
+    try:
+        return float(subprocess.run([path], capture_output=True, text=True, timeout=30).stdout.split()[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return float("nan")
+
+
+def same_c2c_state(*rows):
+    """True when every probe reading of these rows lies within C2C_SAME of the others (the vCPUs
+    sat the same way throughout), False when they differ, None when a reading is missing."""
+    v = [r.get(k, float("nan")) for r in rows for k in ("c2c_before_ns", "c2c_after_ns")]
+    if not v or any(x != x or x <= 0 for x in v):
+        return None
+    return max(v) / min(v) <= C2C_SAME
+
+
+def state_matched(pairs):
+    """pairs: (value, same_c2c_state) per round. The values of the rounds in one state where
+    there are any, else all of them; and how many were kept (0: all, none matched)."""
+    kept = [v for v, same in pairs if same]
+    return (kept, len(kept)) if kept else ([v for v, _ in pairs], 0)
 
 
 def iters_for(nbytes, base):
@@ -142,6 +180,7 @@ def worker(args):
                 for _ in range(max(args.warmup, min(50, n // 4))):
                     run()
                 sync()
+                c2c_before = core_to_core_ns(args.c2c) if rank == 0 else float("nan")  # the others wait
                 dist.barrier()
                 ru0 = resource.getrusage(resource.RUSAGE_SELF)
                 it = float("nan")
@@ -180,15 +219,18 @@ def worker(args):
                 dist.all_reduce(c)  # CPU of all ranks together
                 cpu = c.item()
                 err = ""
+                c2c_after = core_to_core_ns(args.c2c) if rank == 0 else float("nan")
+                dist.barrier()  # the others wait for the probe before the next row's warm-up
             except RuntimeError as e:  # the backend lacks the collective (mpi: reduce_scatter)
                 dt, wrong, cpu, it, err = float("nan"), 0, float("nan"), float("nan"), str(e).splitlines()[0][:80]
+                c2c_before = c2c_after = float("nan")
                 dist.barrier()
             if rank == 0:
                 algbw = count * 4 / dt / 1e9 if dt == dt else float("nan")
                 results.append({"backend": args.backend, "op": op, "world": world, "bytes": count * 4,
                                 "time_us": dt * 1e6, "algbw": algbw, "busbw": algbw * BUS[op](world),
                                 "wrong": wrong, "error": err, "mode": args.mode, "cpu_us": cpu * 1e6,
-                                "iter_us": it * 1e6})
+                                "iter_us": it * 1e6, "c2c_before_ns": c2c_before, "c2c_after_ns": c2c_after})
                 print(f"\r  {args.backend:6} {op:15} {count * 4:>10} B  {dt * 1e6:>12.1f} us", end="", flush=True)
     if rank == 0:
         print(flush=True)
@@ -271,7 +313,8 @@ def driver(args):
     me = os.path.abspath(__file__)
     common = ["--worker", "--device", args.device, "--ops", args.ops, "--smallest", args.min, "--largest", args.max,
               "--factor", str(args.factor), "--iters", str(args.iters), "--warmup", str(args.warmup),
-              "--step-width", str(args.step_width), "--offset", str(args.offset), "--compute", str(args.compute)]
+              "--step-width", str(args.step_width), "--offset", str(args.offset), "--compute", str(args.compute),
+              "--c2c", args.c2c]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     failed = set()
     modes, backends = args.contention.split(","), args.backends.split(",")
@@ -350,6 +393,8 @@ def median_rows(rows):
             its = [r.get("iter_us", float("nan")) for r in ok]
             its = [i for i in its if i == i]
             m["iter_us"] = statistics.median(its) if its else float("nan")
+        # One round's probe readings would pass for the median's: they stay in results_rounds.csv.
+        m.update(c2c_before_ns=float("nan"), c2c_after_ns=float("nan"))
         out.append(m)
     return out
 
@@ -453,13 +498,15 @@ def read_rows(path):
                      algbw=float(r["algbw"]), busbw=float(r["busbw"]), wrong=int(r["wrong"]),
                      mode=r.get("mode") or "1", cpu_us=float(r.get("cpu_us") or "nan"),
                      iter_us=float(r.get("iter_us") or "nan"),
+                     c2c_before_ns=float(r.get("c2c_before_ns") or "nan"),
+                     c2c_after_ns=float(r.get("c2c_after_ns") or "nan"),
                      **({"round": int(r["round"])} if r.get("round") not in (None, "") else {}))
                 for r in csv.DictReader(f)]
 
 
 def write_csv(path, rows):
     fields = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error", "mode", "cpu_us",
-              "iter_us", "round"]
+              "iter_us", "c2c_before_ns", "c2c_after_ns", "round"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -469,18 +516,24 @@ def write_csv(path, rows):
 def paired_tables(per_round, modes, backends, args):
     """Per round, each mode's time over the same backend's OMP_NUM_THREADS=1 time, and Open MPI's
     and gloo's over smddp's in the same mode: the median over rounds, then the lowest and highest.
-    A slow spell of the machine that spans one round moves both sides of its ratios alike."""
-    def spread(values):
-        if not values:
+    A slow spell of the machine that spans one round moves both sides of its ratios alike. Where
+    the core-to-core probe read, only the rounds whose two rows sat in one state count (k/n)."""
+    def spread(pairs):
+        if not pairs:
             return "n/a"
-        return f"{statistics.median(values):.2f}x ({min(values):.2f}–{max(values):.2f})"
+        values, kept = state_matched(pairs)
+        probed = any(same is not None for _, same in pairs)
+        tail = f" {kept}/{len(pairs)}" if probed else ""
+        return f"{statistics.median(values):.2f}x ({min(values):.2f}–{max(values):.2f}){tail}"
 
-    by = {(r["round"], r["backend"], r["op"], r.get("mode", "1"), r["bytes"]): r["time_us"] for r in per_round
+    by = {(r["round"], r["backend"], r["op"], r.get("mode", "1"), r["bytes"]): r for r in per_round
           if r["time_us"] == r["time_us"] and not r.get("error") and not r["wrong"]}
     rounds = sorted({k[0] for k in by})
     lines = []
     for op in [o for o in args.ops.split(",") if not o.endswith("_step")]:
         lines.append(f"\n## {op}, paired within each round (median over {len(rounds)} rounds, lowest–highest)\n")
+        lines.append("k/n after a cell: the ratio is over the k of its n rounds whose two rows read one core-to-core "
+                     "distance (all n when none did).\n")
         cols = [(f"{b} {m}/=1", b, m, None) for m in modes if m != "1" and "1" in modes
                 for b in backends if b != "memcpy"]
         cols += [(f"{p}/smddp, {m}", p, m, "smddp") for m in modes for p in backends if p not in ("smddp", "memcpy")
@@ -494,8 +547,8 @@ def paired_tables(per_round, modes, backends, args):
                 for k in rounds:
                     num = by.get((k, b, op, m, nbytes))
                     den = by.get((k, over or b, op, m if over else "1", nbytes))
-                    if num is not None and den:
-                        vals.append(num / den)
+                    if num is not None and den and den["time_us"]:
+                        vals.append((num["time_us"] / den["time_us"], same_c2c_state(num, den)))
                 cells.append(spread(vals))
             lines.append(f"| {nbytes} | " + " | ".join(cells) + " |")
     return lines
@@ -592,6 +645,9 @@ def main():
     ap.add_argument("--paired", action="store_true",
                     help="each backend runs its --contention modes back to back (their order rotating each round) "
                          "instead of each mode's backends; with --rounds N the report adds per-round ratios")
+    ap.add_argument("--c2c", default=None,
+                    help="the core-to-core probe to run beside each row (default: $SMDDP_CORE_TO_CORE, else "
+                         "this tree's build/*/benchmarks/core-to-core; '' for none)")
     ap.add_argument("--mode", default="1", help=argparse.SUPPRESS)
     ap.add_argument("--omp-unset", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--peers-may-fail", action="store_true",
@@ -602,6 +658,11 @@ def main():
     ap.add_argument("--out-json", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.failed = []  # peers that could not run (driver)
+    if args.c2c is None:  # this tree's build of the probe, the host build's first
+        build = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build")
+        built = sorted(glob.glob(os.path.join(build, "*", "benchmarks", "core-to-core")),
+                       key=lambda p: "/host/" not in p)
+        args.c2c = os.environ.get("SMDDP_CORE_TO_CORE", built[0] if built else "")
     if args.from_csv:
         rounds_csv = os.path.join(args.out, "results_rounds.csv")
         write_outputs(read_rows(os.path.join(args.out, "results.csv")), args,

@@ -2,6 +2,7 @@
 every result checked, every output file written. Never asserts a timing."""
 import csv
 import os
+import re
 
 import pytest
 import shutil
@@ -10,7 +11,7 @@ import sys
 
 import torch.distributed as dist
 
-from conftest import REPO, child_env
+from conftest import REPO, child_env, smddp_build_dir
 
 pytestmark = pytest.mark.one_torch  # see conftest.py
 
@@ -95,10 +96,12 @@ def test_contention_modes_smoke(smddp_built, tmp_path):
     report adds the per-round ratios (what targets.py reads for #18)."""
     out = tmp_path / "bench"
     modes = ("1", "unset", "hog")
+    probe = os.path.join(os.path.dirname(smddp_build_dir()), "benchmarks", "core-to-core")
+    assert os.access(probe, os.X_OK), f"{probe}: the core-to-core probe is built with the benchmarks"
     p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "torch_collectives.py"), "--np", "2",
                         "--backends", "smddp,gloo", "--ops", "allreduce", "--min", "8", "--max", "4K",
                         "--factor", "512", "--iters", "3", "--contention", ",".join(modes), "--paired",
-                        "--rounds", "2", "--out", str(out)],
+                        "--rounds", "2", "--out", str(out), "--c2c", probe],
                        capture_output=True, text=True, timeout=600, env=child_env(), cwd=REPO)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     with open(out / "results.csv") as f:
@@ -110,6 +113,8 @@ def test_contention_modes_smoke(smddp_built, tmp_path):
         per_round = list(csv.DictReader(f))
     assert sorted((r["round"], r["backend"], r["mode"], r["bytes"]) for r in per_round) == sorted(
         (str(k), b, m, n) for k in (0, 1) for b in ("smddp", "gloo") for m in modes for n in ("8", "4096"))
+    # Rank 0 read the probe before and after every row (the host may move the vCPUs meanwhile).
+    assert all(float(r[k]) > 0 for r in per_round for k in ("c2c_before_ns", "c2c_after_ns")), per_round
     # The order the runs started in: round 0 smddp's three modes, then gloo's; round 1 the
     # backends reversed and the modes rotated by one.
     started = [line for line in p.stdout.splitlines() if line.startswith("== ")]
@@ -123,4 +128,6 @@ def test_contention_modes_smoke(smddp_built, tmp_path):
     for title in ("OMP_NUM_THREADS=1 (", "OMP_NUM_THREADS unset (", "OMP_NUM_THREADS=1, one busy process per core",
                   "paired within each round (median over 2 rounds", "| smddp unset/=1 |", "| gloo/smddp, hog |"):
         assert title in md, md[:3000]
+    # Each paired cell says over how many of its rounds' pairs the probe read one state.
+    assert re.search(r"x \([0-9.]+–[0-9.]+\) [0-2]/2 \|", md), md[-2000:]
     assert not hog_processes(), "the hog mode left busy processes behind"
