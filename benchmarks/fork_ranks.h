@@ -3,7 +3,9 @@
 // 0 when every rank exited 0. One copy for the benchmarks that start their own ranks (-np N).
 #pragma once
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -47,5 +49,31 @@ inline int run_forked_ranks(int np, const char* prog, const std::function<int(in
   std::filesystem::remove_all(dir);
   return rc;
 }
+
+// Busy processes for the benchmark's lifetime (#18's "hog": dataloader workers or a preprocessing
+// job beside the ranks), killed when this goes out of scope, or with the benchmark if it dies.
+class BusyProcesses {
+ public:
+  explicit BusyProcesses(int n) {
+    for (int i = 0; i < n; ++i) {
+      const pid_t p = fork();
+      if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        volatile unsigned long spins = 0;
+        for (;;) spins = spins + 1;
+      }
+      if (p > 0) pids_.push_back(p);
+    }
+  }
+  ~BusyProcesses() {
+    for (const pid_t p : pids_) kill(p, SIGKILL);
+    for (const pid_t p : pids_) waitpid(p, nullptr, 0);
+  }
+  BusyProcesses(const BusyProcesses&) = delete;
+  BusyProcesses& operator=(const BusyProcesses&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
 
 }  // namespace smddp::bench

@@ -42,6 +42,7 @@ struct Args {
   std::string algo;  // forced algorithm name for this collective
   bool check = true;
   bool cuda = false;  // -m cuda: buffers in GPU memory
+  bool hog = false;   // -H 1: one busy process per CPU beside the ranks (with -np)
 };
 
 size_t parse_size(const char* s) {
@@ -74,7 +75,8 @@ void usage() {
   std::puts(
       "smddp-perf [-np N] [-c allreduce|allgather|reduce_scatter|broadcast|alltoall] [-b MIN] [-e MAX]\n"
       "           [-f FACTOR] [-w WARMUP] [-n ITERS] [-d f32|f64|f16|bf16|i8|u8|i32|i64|bool] [-o sum|prod|min|max|avg]\n"
-      "           [-a ALGORITHM] [-k 0|1 (check results)] [-m host|cuda (where the buffers are)]");
+      "           [-a ALGORITHM] [-k 0|1 (check results)] [-m host|cuda (where the buffers are)]\n"
+      "           [-H 0|1 (with -np: one busy process per CPU beside the ranks, as dataloader workers)]");
 }
 
 Args parse(int argc, char** argv) {
@@ -96,6 +98,7 @@ Args parse(int argc, char** argv) {
     else if (k == "-o") a.op = parse_op(val());
     else if (k == "-a") a.algo = val();
     else if (k == "-k") a.check = std::atoi(val()) != 0;
+    else if (k == "-H") a.hog = std::atoi(val()) != 0;
     else if (k == "-m") {
       const std::string m = val();
       if (m != "host" && m != "cuda") { usage(); std::exit(2); }
@@ -155,9 +158,10 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
     ~DeviceBuffer() { device::cuda_free(p); }
   };
   if (rank == 0) {
-    std::printf("# smddp-perf %s: %s, %d ranks, dtype %s, op %s, warmup %d, iters %d, %s memory%s%s\n", version(),
+    std::printf("# smddp-perf %s: %s, %d ranks, dtype %s, op %s, warmup %d, iters %d, %s memory%s%s%s\n", version(),
                 a.coll.c_str(), world, to_string(a.dtype), to_string(a.op), a.warmup, a.iters,
-                a.cuda ? "cuda" : "host", a.algo.empty() ? "" : ", algorithm ", a.algo.c_str());
+                a.cuda ? "cuda" : "host", a.algo.empty() ? "" : ", algorithm ", a.algo.c_str(),
+                a.hog ? ", one busy process per CPU beside the ranks" : "");
     std::printf("#%12s %12s %6s %6s %6s %12s %10s %10s %7s  %-12s %s\n", "size(B)", "count", "type", "redop", "root",
                 "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algorithm", "c2c(ns)");
   }
@@ -274,9 +278,14 @@ int env_int(const char* a, const char* b, int def) {
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   if (a.np > 0) {
+    bench::BusyProcesses hogs(a.hog ? static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) : 0);
     return bench::run_forked_ranks(a.np, "smddp-perf", [&](int rank, const std::string& dir) {
       return run_rank(a, rank, a.np, std::make_shared<FileStore>(dir + "/store"));
     });
+  }
+  if (a.hog) {
+    std::fprintf(stderr, "smddp-perf: -H needs -np (the launcher's ranks are not ours to sit beside)\n");
+    return 2;
   }
   const int rank = env_int("RANK", "OMPI_COMM_WORLD_RANK", 0);
   const int world = env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", 1);

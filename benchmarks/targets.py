@@ -18,7 +18,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_collectives import read_rows, same_c2c_state, state_matched  # noqa: E402
+from torch_collectives import read_rows  # noqa: E402
 
 WORLDS = (2, 4)
 COLLS = ("allreduce", "allgather", "reduce_scatter")
@@ -140,20 +140,14 @@ def contention_targets(d):
     """#18's bars. Where the sweep kept every round (results_rounds.csv, `--rounds N` of
     torch_collectives.py), each ratio is taken within a round and the median over rounds is
     reported: on this machine a slow spell moves separate runs by more than the 1.2x bar, and
-    within a round the modes of one backend ran back to back (`--paired`). Where the rows carry
-    the core-to-core probe's readings, a ratio counts only the rounds whose two rows read one
-    distance (torch_collectives.same_c2c_state), if any did: the host moving the vCPUs between
-    one core complex and two moves a time by 2-3x, more than any bar here. The busy-core bar is
-    smddp's median slowdown over Open MPI's, each over its own matched rounds."""
+    within a round the modes of one backend ran back to back (`--paired`)."""
     out = []
     for w in WORLDS:
         base = os.path.join(d, f"contention_np{w}")
         per_round = load(os.path.join(base, "results_rounds.csv"))
         rounds = ([[r for r in per_round if r.get("round") == k] for k in sorted({r.get("round") for r in per_round})]
                   if per_round else [load(os.path.join(base, "results.csv"))])
-        probed = any(same_c2c_state(r) is not None for r in per_round)
-        paired = (" (median of per-round ratios" + (", same core-to-core state" if probed else "") + ")"
-                  if per_round else "")
+        paired = " (median of per-round ratios)" if per_round else ""
         where = f"w={w}, allreduce, torch"
         same = Target("#18", "smddp OMP unset / OMP=1 (time)" + paired, where, 1.2, higher=False)
         vs_mpi = Target("#18", "OMP unset: Open MPI / smddp (time)" + paired, where, 1.0)
@@ -162,9 +156,8 @@ def contention_targets(d):
         sizes = sorted({r["bytes"] for rs in rounds for r in rs if r["backend"] == "smddp"})
         for n in sizes:
             # Per ratio: the rounds whose peer side was measured (a round where Open MPI failed
-            # says nothing of smddp), and smddp's ratio in each of them with whether its two rows
-            # read one core-to-core state.
-            ratios = {"same": [], "vs_mpi": [], "hog": [], "mpi_hog": []}
+            # says nothing of smddp), and smddp's ratio in each of them.
+            ratios = {"same": [], "vs_mpi": [], "hog": []}
             needed = {"same": 0, "vs_mpi": 0, "hog": 0}
             for rows in rounds:
                 one, unset, hog = index(rows, "1"), index(rows, "unset"), index(rows, "hog")
@@ -173,24 +166,20 @@ def contention_targets(d):
                 if s1 is not None or su is not None:
                     needed["same"] += 1
                     if measured(s1) and measured(su):
-                        ratios["same"].append((su["time_us"] / s1["time_us"], same_c2c_state(s1, su)))
+                        ratios["same"].append(su["time_us"] / s1["time_us"])
                 if measured(mu):
                     needed["vs_mpi"] += 1
                     if measured(su):
-                        ratios["vs_mpi"].append((mu["time_us"] / su["time_us"], same_c2c_state(mu, su)))
+                        ratios["vs_mpi"].append(mu["time_us"] / su["time_us"])
                 if measured(m1) and measured(mh):
-                    ratios["mpi_hog"].append((mh["time_us"] / m1["time_us"], same_c2c_state(m1, mh)))
                     needed["hog"] += 1
                     if measured(s1) and measured(sh):
-                        ratios["hog"].append((sh["time_us"] / s1["time_us"], same_c2c_state(s1, sh)))
+                        ratios["hog"].append((sh["time_us"] / s1["time_us"]) / (mh["time_us"] / m1["time_us"]))
             for key, target in (("same", same), ("vs_mpi", vs_mpi), ("hog", hog_loss)):
                 if needed[key]:
                     # A round where smddp was not measured is a miss, not a round left out.
                     complete = len(ratios[key]) == needed[key]
-                    value = statistics.median(state_matched(ratios[key])[0]) if complete else None
-                    if key == "hog" and value is not None:
-                        value /= statistics.median(state_matched(ratios["mpi_hog"])[0])
-                    target.add(n, value)
+                    target.add(n, statistics.median(ratios[key]) if complete else None)
         out += [same, vs_mpi, hog_loss]
     return out
 

@@ -26,12 +26,11 @@ collectives alone and whole iterations: where the pool has a thread per core, it
 after each such operation on the cores the collective needs (#18). CPU time is not reported then.
 
 Rank 0 reads the core-to-core probe (`core-to-core`, benchmarks/core_to_core.h) just before and
-just after each row's timed loop: on a VM the host moves the vCPUs between one core complex and two
-every second or so, and every shared-memory time follows (2-3x, docs/performance.md). The paired
-ratios (`--paired --rounds N`, and targets.py) use only the rounds whose two rows read the same
-distance, where there are such rounds. `--c2c PATH` names the probe (default: $SMDDP_CORE_TO_CORE,
-else this tree's build/*/benchmarks/core-to-core, build/host's first; without one the readings
-are NaN and every round counts).
+just after each row's timed loop (columns c2c_before_ns, c2c_after_ns): on a VM the host moves the
+vCPUs between one core complex and two, and every shared-memory time follows (2-3x,
+docs/performance.md). The report counts, per backend and mode, how many readings were near (within
+2x of the run's lowest). `--c2c PATH` names the probe (default: $SMDDP_CORE_TO_CORE, else this
+tree's build/*/benchmarks/core-to-core, build/host's first; without one the readings are NaN).
 """
 import argparse
 import csv
@@ -64,7 +63,7 @@ def sizes(lo, hi, factor):
     return out + [hi]
 
 
-C2C_SAME = 2.0  # probe readings within this factor: the vCPUs sat the same way (one complex: 30-65 ns, two: 160-230)
+C2C_NEAR = 2.0  # a probe reading within this factor of the run's lowest: the vCPUs sat close
 
 
 def core_to_core_ns(path):
@@ -77,20 +76,29 @@ def core_to_core_ns(path):
         return float("nan")
 
 
-def same_c2c_state(*rows):
-    """True when every probe reading of these rows lies within C2C_SAME of the others (the vCPUs
-    sat the same way throughout), False when they differ, None when a reading is missing."""
-    v = [r.get(k, float("nan")) for r in rows for k in ("c2c_before_ns", "c2c_after_ns")]
-    if not v or any(x != x or x <= 0 for x in v):
-        return None
-    return max(v) / min(v) <= C2C_SAME
-
-
-def state_matched(pairs):
-    """pairs: (value, same_c2c_state) per round. The values of the rounds in one state where
-    there are any, else all of them; and how many were kept (0: all, none matched)."""
-    kept = [v for v, same in pairs if same]
-    return (kept, len(kept)) if kept else ([v for v, _ in pairs], 0)
+def probe_lines(rows, modes, backends):
+    """Per backend and mode: how many of its rows' probe readings were near (within C2C_NEAR of
+    the lowest reading of the run), and their range. Nothing when the probe never read."""
+    readings = {}
+    for r in rows:
+        for k in ("c2c_before_ns", "c2c_after_ns"):
+            v = r.get(k, float("nan"))
+            if v == v and v > 0:
+                readings.setdefault((r["backend"], r.get("mode", "1")), []).append(v)
+    if not readings:
+        return []
+    low = min(min(v) for v in readings.values())
+    lines = ["\n## Core-to-core probe\n",
+             "Rank 0 read the probe (benchmarks/core_to_core.h) before and after each row's timed loop, the other "
+             f"ranks waiting. Near: within {C2C_NEAR:g}x of the run's lowest reading ({low:.0f} ns).\n",
+             "| backend | mode | near readings | ns, lowest–highest |", "|---|---|---|---|"]
+    for b in backends:
+        for m in modes:
+            v = readings.get((b, m))
+            if v:
+                near = sum(x <= C2C_NEAR * low for x in v)
+                lines.append(f"| {b} | {m} | {near} of {len(v)} | {min(v):.0f}–{max(v):.0f} |")
+    return lines
 
 
 def iters_for(nbytes, base):
@@ -516,15 +524,11 @@ def write_csv(path, rows):
 def paired_tables(per_round, modes, backends, args):
     """Per round, each mode's time over the same backend's OMP_NUM_THREADS=1 time, and Open MPI's
     and gloo's over smddp's in the same mode: the median over rounds, then the lowest and highest.
-    A slow spell of the machine that spans one round moves both sides of its ratios alike. Where
-    the core-to-core probe read, only the rounds whose two rows sat in one state count (k/n)."""
-    def spread(pairs):
-        if not pairs:
+    A slow spell of the machine that spans one round moves both sides of its ratios alike."""
+    def spread(values):
+        if not values:
             return "n/a"
-        values, kept = state_matched(pairs)
-        probed = any(same is not None for _, same in pairs)
-        tail = f" {kept}/{len(pairs)}" if probed else ""
-        return f"{statistics.median(values):.2f}x ({min(values):.2f}–{max(values):.2f}){tail}"
+        return f"{statistics.median(values):.2f}x ({min(values):.2f}–{max(values):.2f})"
 
     by = {(r["round"], r["backend"], r["op"], r.get("mode", "1"), r["bytes"]): r for r in per_round
           if r["time_us"] == r["time_us"] and not r.get("error") and not r["wrong"]}
@@ -532,8 +536,6 @@ def paired_tables(per_round, modes, backends, args):
     lines = []
     for op in [o for o in args.ops.split(",") if not o.endswith("_step")]:
         lines.append(f"\n## {op}, paired within each round (median over {len(rounds)} rounds, lowest–highest)\n")
-        lines.append("k/n after a cell: the ratio is over the k of its n rounds whose two rows read one core-to-core "
-                     "distance (all n when none did).\n")
         cols = [(f"{b} {m}/=1", b, m, None) for m in modes if m != "1" and "1" in modes
                 for b in backends if b != "memcpy"]
         cols += [(f"{p}/smddp, {m}", p, m, "smddp") for m in modes for p in backends if p not in ("smddp", "memcpy")
@@ -548,7 +550,7 @@ def paired_tables(per_round, modes, backends, args):
                     num = by.get((k, b, op, m, nbytes))
                     den = by.get((k, over or b, op, m if over else "1", nbytes))
                     if num is not None and den and den["time_us"]:
-                        vals.append((num["time_us"] / den["time_us"], same_c2c_state(num, den)))
+                        vals.append(num["time_us"] / den["time_us"])
                 cells.append(spread(vals))
             lines.append(f"| {nbytes} | " + " | ".join(cells) + " |")
     return lines
@@ -578,6 +580,7 @@ def write_outputs(rows, args, per_round=None):
                              mode if len(modes) > 1 else None, backends, lim, args)
     if per_round and (len(modes) > 1 or len(backends) > 1):
         lines += paired_tables(per_round, modes, backends, args)
+    lines += probe_lines(per_round or rows, modes, backends)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     try:

@@ -128,6 +128,8 @@ def test_contention_modes_smoke(smddp_built, tmp_path):
     for title in ("OMP_NUM_THREADS=1 (", "OMP_NUM_THREADS unset (", "OMP_NUM_THREADS=1, one busy process per core",
                   "paired within each round (median over 2 rounds", "| smddp unset/=1 |", "| gloo/smddp, hog |"):
         assert title in md, md[:3000]
-    # Each paired cell says over how many of its rounds' pairs the probe read one state.
-    assert re.search(r"x \([0-9.]+–[0-9.]+\) [0-2]/2 \|", md), md[-2000:]
+    # The probe's readings per backend and mode: 2 rounds x 2 sizes, before and after each row.
+    for b in ("smddp", "gloo"):
+        for m in modes:
+            assert re.search(rf"\| {b} \| {m} \| [0-8] of 8 \| [0-9]+–[0-9]+ \|", md), md[-2000:]
     assert not hog_processes(), "the hog mode left busy processes behind"
