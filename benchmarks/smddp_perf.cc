@@ -11,6 +11,8 @@
 // directory for the FileStore. Every result is checked (#wrong must be 0). Sizes follow
 // nccl-tests: the bytes of the collective's largest buffer; busbw applies nccl-tests' factors.
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -278,7 +280,9 @@ int env_int(const char* a, const char* b, int def) {
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   if (a.np > 0) {
-    bench::BusyProcesses hogs(a.hog ? static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) : 0);
+    cpu_set_t usable;  // one per CPU this job may run on (a container's or a job's cpuset)
+    const int cpus = sched_getaffinity(0, sizeof usable, &usable) == 0 ? CPU_COUNT(&usable) : 1;
+    bench::BusyProcesses hogs(a.hog ? cpus : 0);
     return bench::run_forked_ranks(a.np, "smddp-perf", [&](int rank, const std::string& dir) {
       return run_rank(a, rank, a.np, std::make_shared<FileStore>(dir + "/store"));
     });

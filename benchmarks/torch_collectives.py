@@ -322,7 +322,7 @@ def driver(args):
     common = ["--worker", "--device", args.device, "--ops", args.ops, "--smallest", args.min, "--largest", args.max,
               "--factor", str(args.factor), "--iters", str(args.iters), "--warmup", str(args.warmup),
               "--step-width", str(args.step_width), "--offset", str(args.offset), "--compute", str(args.compute),
-              "--c2c", args.c2c]
+              f"--c2c={args.c2c}"]  # one argument: a launcher may drop an empty one
     env = dict(os.environ, OMP_NUM_THREADS="1")
     failed = set()
     modes, backends = args.contention.split(","), args.backends.split(",")
