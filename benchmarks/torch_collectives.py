@@ -530,7 +530,7 @@ def paired_tables(per_round, modes, backends, args):
             return "n/a"
         return f"{statistics.median(values):.2f}x ({min(values):.2f}–{max(values):.2f})"
 
-    by = {(r["round"], r["backend"], r["op"], r.get("mode", "1"), r["bytes"]): r for r in per_round
+    by = {(r["round"], r["backend"], r["op"], r.get("mode", "1"), r["bytes"]): r["time_us"] for r in per_round
           if r["time_us"] == r["time_us"] and not r.get("error") and not r["wrong"]}
     rounds = sorted({k[0] for k in by})
     lines = []
@@ -549,8 +549,8 @@ def paired_tables(per_round, modes, backends, args):
                 for k in rounds:
                     num = by.get((k, b, op, m, nbytes))
                     den = by.get((k, over or b, op, m if over else "1", nbytes))
-                    if num is not None and den and den["time_us"]:
-                        vals.append(num["time_us"] / den["time_us"])
+                    if num is not None and den:
+                        vals.append(num / den)
                 cells.append(spread(vals))
             lines.append(f"| {nbytes} | " + " | ".join(cells) + " |")
     return lines
