@@ -9,7 +9,10 @@ builds have some.
 
     benchmarks/compare_builds.py BASE/smddp-perf NEW/smddp-perf [--rounds 5] [--np 2,4]
         [--colls allreduce,reduce_scatter,allgather] [--min 256K] [--max 64M] [--factor 4]
-        [--warmup 5] [--iters 20] [--labels base,new]
+        [--warmup 5] [--iters 20] [--labels base,new] [--busy]
+
+--busy runs every launch beside one busy process per CPU (smddp-perf -H 1, #18). The worst
+columns show the slowest run of each build: a change to how ranks wait shows in the tail first.
 
 Prints a markdown table; exits non-zero only if a run fails or reports wrong results (never on
 a timing: CI never fails on speed).
@@ -24,7 +27,7 @@ FAST_C2C_NS = 100
 
 def run(perf, coll, np_, a):
     cmd = [perf, "-np", str(np_), "-c", coll, "-b", a.min, "-e", a.max, "-f", str(a.factor), "-w", str(a.warmup),
-           "-n", str(a.iters)]
+           "-n", str(a.iters)] + (["-H", "1"] if a.busy else [])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
@@ -60,6 +63,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--labels", default="base,new")
+    ap.add_argument("--busy", action="store_true", help="beside one busy process per CPU (smddp-perf -H 1)")
     a = ap.parse_args()
     labels = a.labels.split(",")
     perfs = [a.base, a.new]
@@ -77,13 +81,15 @@ def main():
         print(f"# round {rnd + 1} of {a.rounds} done", file=sys.stderr, flush=True)
 
     print(f"| collective | w | size | {labels[0]} (µs) | {labels[1]} (µs) | {labels[1]} / {labels[0]} "
-          f"| fast runs ({labels[0]}, {labels[1]}) | algorithm |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          f"| worst {labels[0]} (µs) | worst {labels[1]} (µs) | fast runs ({labels[0]}, {labels[1]}) | algorithm |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (coll, np_, size), runs in sorted(results.items()):
         fast = [[t for t, c in r if c < FAST_C2C_NS] for r in runs]
         use = fast if all(fast) else [[t for t, _ in r] for r in runs]
         med = [statistics.median(u) for u in use]
+        worst = [max(t for t, _ in r) for r in runs]
         print(f"| {coll} | {np_} | {human(size)} | {med[0]:.1f} | {med[1]:.1f} | {med[1] / med[0]:.3f} "
+              f"| {worst[0]:.1f} | {worst[1]:.1f} "
               f"| {len(fast[0])}/{len(runs[0])}, {len(fast[1])}/{len(runs[1])}{'' if all(fast) else ' (all runs)'} "
               f"| {algos[(coll, np_, size, 0)]} / {algos[(coll, np_, size, 1)]} |")
 

@@ -4,15 +4,20 @@
 // that design promises. The bounds are ten to a hundred times what the design gives, so a busy
 // machine does not fail them; what they catch is a waiter that spins or yields for its whole wait
 // (CPU bounds) and a ring that is lost (the sleeper would wake only at its 10 ms check).
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "collective/harness.h"
+#include "transport/shm/shm_group.h"
 
 namespace smddp::testing {
 namespace {
@@ -89,6 +94,91 @@ TEST(Waiting, SleepersWakeWhenThePeerArrives) {
                " ms after its peer arrived: the doorbell did not wake it");
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// Every thread of this process (the communicator's own included) onto `cpu` alone.
+bool pin_process_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return false;
+  bool ok = true;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    ok &= sched_setaffinity(std::atoi(e->d_name), sizeof set, &set) == 0;
+  }
+  closedir(d);
+  return ok;
+}
+
+// Two ranks stacked on one CPU although their communicator was made where they had two, so
+// that their waits spin first (here: pinned there after the communicator exists; the scheduler
+// does it beside busy processes). A waiter that spun on would hold the CPU its peer needs until
+// the scheduler preempts it, a time slice per round; one that sees its late peer last arrived
+// from its own CPU, and cannot move (its affinity is that one CPU now), sleeps after a few
+// microseconds. The spin is set long (about 30 ms here) so that only that check can end it early.
+// Measured in each rank's own CPU time, which other work on a loaded machine does not inflate:
+// about 300 ms each without the check over 200 rounds, a few ms with it. The move to another
+// CPU, the other branch, is MovingToAnotherCpuKeepsTheAffinity's.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr double kStackedCpuBoundMs = 100;
+#else
+constexpr double kStackedCpuBoundMs = 50;
+#endif
+TEST(Waiting, RanksStackedOnOneCpuDoNotSpinOnEachOther) {
+  cpu_set_t mine;
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0 || CPU_COUNT(&mine) < 2)
+    GTEST_SKIP() << "needs 2 CPUs in this process's affinity (a communicator on 1 CPU never spins)";
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &mine)) ++cpu;
+  RunOptions ro;
+  ro.env = {{"SMDDP_SPIN", "2000000"}};
+  auto res = run_ranks(2, [cpu](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator c(store, rank, w);
+    float f = 1;
+    c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+    if (!pin_process_to(cpu)) rep.fail("could not pin rank " + std::to_string(rank) + " to CPU " + std::to_string(cpu));
+    c.barrier().wait();
+    const double before = process_cpu_ms();
+    constexpr int kRounds = 200;
+    for (int i = 0; i < kRounds; ++i) {
+      f = static_cast<float>(rank + i);
+      c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+      if (f != static_cast<float>(1 + 2 * i)) rep.fail("round " + std::to_string(i) + " gave " + std::to_string(f));
+    }
+    const double used = process_cpu_ms() - before;
+    rep.record("stacked_cpu_ms", std::to_string(used));
+    if (used >= kStackedCpuBoundMs)
+      rep.fail(std::to_string(kRounds) + " allreduces of ranks stacked on one CPU used " + std::to_string(used) +
+               " ms of this rank's CPU: a waiter spun while its peer waited for the CPU");
+  }, ro);
+  print_records(res, "stacked_cpu_ms");
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// What a waiter stacked on its peer's CPU does where its affinity leaves it another (Group::wait):
+// the thread runs elsewhere at once, and its affinity is what it was.
+TEST(Waiting, MovingToAnotherCpuKeepsTheAffinity) {
+  cpu_set_t before;
+  if (sched_getaffinity(0, sizeof before, &before) != 0) GTEST_SKIP() << "this thread's affinity is unreadable here";
+  if (CPU_COUNT(&before) < 2) {
+    EXPECT_FALSE(shm::move_to_another_cpu());
+    GTEST_SKIP() << "needs 2 CPUs in this process's affinity";
+  }
+  for (int i = 0; i < 20; ++i) {
+    const int here = sched_getcpu();
+    ASSERT_TRUE(shm::move_to_another_cpu());
+    const int there = sched_getcpu();
+    // The scheduler may move it again before sched_getcpu reads, but not back within microseconds
+    // every time.
+    if (there == here) continue;
+    cpu_set_t after;
+    ASSERT_EQ(sched_getaffinity(0, sizeof after, &after), 0);
+    EXPECT_TRUE(CPU_EQUAL(&before, &after)) << "the thread's affinity changed";
+    return;
+  }
+  FAIL() << "20 moves left the thread on the CPU it ran on";
 }
 
 }  // namespace

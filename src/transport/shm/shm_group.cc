@@ -141,6 +141,10 @@ struct alignas(128) Group::RankCtl {
   char pad[120];
   std::atomic<int32_t> pid;
   std::atomic<uint32_t> departed;
+  // 1 + the CPU this rank last arrived from or began a collective on (0: unknown, as the
+  // zero-filled segment starts). A waiter whose late peer last ran on the waiter's own CPU stops
+  // spinning (Group::wait).
+  std::atomic<int32_t> cpu_plus1;
   uint64_t pidns;
   // The deadline of the collective this rank runs (or last ran), steady clock in ns: a rank whose
   // wait for it times out first lets it report its own cause (Group::wait).
@@ -271,6 +275,8 @@ void Group::publish_deadline(Clock::time_point deadline) {
   ctl(rank_)->deadline_ns.store(
       std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count(),
       std::memory_order_relaxed);
+  // The thread that runs this collective, which may not be the one that ran the last round.
+  ctl(rank_)->cpu_plus1.store(::sched_getcpu() + 1, std::memory_order_relaxed);
 }
 
 Clock::time_point Group::latest_deadline(const std::vector<int>& ranks) const {
@@ -281,6 +287,9 @@ Clock::time_point Group::latest_deadline(const std::vector<int>& ranks) const {
 
 void Group::arrive() {
   step_ = (step_ + 1) & kCountMask;
+  // Off the step's line and read only by waiters that spun a while: a few ns where glibc reads it
+  // from the rseq area (x86-64's vDSO otherwise).
+  ctl(rank_)->cpu_plus1.store(::sched_getcpu() + 1, std::memory_order_relaxed);
   ctl(rank_)->step.store(step_ | (fp_hash_ << kHashShift), std::memory_order_release);
   ring(/*always=*/false);
 }
@@ -428,10 +437,65 @@ int Group::lost_rank(const std::vector<int>& ranks, std::string* why) const {
   return -1;
 }
 
+bool Group::shares_cpu_with(const std::vector<int>& late) const {
+  const int mine = ::sched_getcpu();
+  if (mine < 0) return false;
+  for (int r : late)
+    if (r != rank_ && ctl(r)->cpu_plus1.load(std::memory_order_relaxed) == mine + 1) return true;
+  return false;
+}
+
+// Why move rather than only sleep: a sleeper leaves its peer alone in the run queue, so no idle
+// CPU ever pulls one of the two away, and the pair stays stacked, each round paying a wake-up
+// (through torch, 20-40 us per 8-byte allreduce for whole runs). Narrowing the thread's affinity
+// to the other CPUs moves it at once; restoring the affinity right after leaves it where it went,
+// and the user's mask as it was. At most once a millisecond: a scheduler that keeps stacking the
+// two gets a sleeper in between.
+bool Group::move_off_cpu() {
+  const auto now = Clock::now();
+  if (now < next_move_) return false;
+  next_move_ = now + std::chrono::milliseconds(1);
+  std::vector<int> busy;  // the CPUs the other ranks last ran on: not a place to move to
+  for (int r = 0; r < size_; ++r) {
+    const int c = ctl(r)->cpu_plus1.load(std::memory_order_relaxed) - 1;
+    if (r != rank_ && c >= 0) busy.push_back(c);
+  }
+  return move_to_another_cpu(busy);
+}
+
+bool move_to_another_cpu(const std::vector<int>& avoid) {
+  // cpu_set_t holds 1024 CPUs; on a kernel with more, the calls fail and the waiter sleeps instead.
+  const int here = ::sched_getcpu();
+  cpu_set_t allowed;
+  if (here < 0 || ::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
+  if (here >= CPU_SETSIZE || !CPU_ISSET(here, &allowed) || CPU_COUNT(&allowed) < 2) return false;
+  cpu_set_t others = allowed;
+  CPU_CLR(here, &others);
+  cpu_set_t free_of_ranks = others;
+  for (int c : avoid)
+    if (c >= 0 && c < CPU_SETSIZE) CPU_CLR(c, &free_of_ranks);
+  if (CPU_COUNT(&free_of_ranks) > 0) others = free_of_ranks;
+  if (::sched_setaffinity(0, sizeof others, &others) != 0) return false;
+  // Restored at once. Should that fail the thread would stay narrowed: try again, then say so.
+  if (::sched_setaffinity(0, sizeof allowed, &allowed) != 0 && ::sched_setaffinity(0, sizeof allowed, &allowed) != 0)
+    throw SystemError(std::string("smddp: could not restore this thread's CPU affinity after moving it off a CPU "
+                                  "its peer rank shares: ") + std::strerror(errno));
+  return true;
+}
+
 template <class Ready, class Missing>
 void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for) {
+  // A rank we wait for that last arrived from this rank's CPU most likely waits in this CPU's run
+  // queue: the scheduler stacked the two (a busy process on the other core, torch's threads, a
+  // wake-up placed beside its waker) although the affinities leave room. Spinning on then only
+  // delays it by the whole spin (about 300 us here), once per round: 256 rounds of a 64 MiB
+  // allreduce made 3x outliers (docs/performance.md). So past a short spin, a waiter that finds
+  // this moves itself to another CPU it may run on and spins on there (see move_off_cpu), or,
+  // where it cannot, sleeps at once.
+  constexpr int kStackCheckAt = 512;
   for (int i = 0; i < cfg_.spin; ++i) {
     if (ready()) return;
+    if (i == kStackCheckAt && shares_cpu_with(missing()) && !move_off_cpu()) break;
     cpu_relax();
   }
   const auto start = Clock::now();

@@ -17,8 +17,9 @@
 //     collective find out in the round they already share, before any data is combined.
 // Waits spin briefly, then sleep on a futex in the segment that arrive() rings when someone
 // sleeps (with more ranks on this kernel than cores, yield briefly first; across nodes, where the network must
-// be polled: yield, then sleep); each one watches the deadline, the abort word and whether the
-// ranks it waits for are still alive.
+// be polled: yield, then sleep); a waiter whose late peer last ran on its own CPU stops spinning
+// there (Group::wait). Each one watches the deadline, the abort word and whether the ranks it
+// waits for are still alive.
 #pragma once
 
 #include <array>
@@ -35,6 +36,12 @@
 #include "transport/shm/shm_segment.h"
 
 namespace smddp::shm {
+
+// Moves the calling thread to another CPU of its affinity at once, one not in `avoid` where there
+// is such a CPU, and leaves the affinity as it was (narrowed to the others, then restored: the
+// thread stays where it went). False where the affinity holds only the current CPU or cannot be
+// read or set.
+bool move_to_another_cpu(const std::vector<int>& avoid = {});
 
 struct GroupConfig {
   size_t slot_bytes = 256 << 10;
@@ -131,6 +138,11 @@ class Group {
   std::byte* fifo_data(int src, int dst) const;
   // Ranks among `ranks` that died or departed: -1 when none.
   int lost_rank(const std::vector<int>& ranks, std::string* why) const;
+  // Whether a rank of `late` last arrived from the CPU this thread runs on.
+  bool shares_cpu_with(const std::vector<int>& late) const;
+  // Moves the calling thread to another CPU of its affinity (false: it cannot, or did so within
+  // the last millisecond), leaving its affinity as it was.
+  bool move_off_cpu();
   std::vector<int> behind(uint64_t target) const;
   Clock::time_point latest_deadline(const std::vector<int>& ranks) const;
   // `target`: the round count of the wait that compares (the first after announce()).
@@ -166,6 +178,7 @@ class Group {
   std::vector<int> global_;
   Clock::time_point next_liveness_check_{};
   Clock::time_point no_yield_until_{};  // a yield lost the core to another process: sleep till then
+  Clock::time_point next_move_{};      // move_off_cpu: not again before then
 };
 
 }  // namespace smddp::shm
