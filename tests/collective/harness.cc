@@ -66,15 +66,17 @@ std::string RunResult::summary() const {
   return s;
 }
 
-int thread_count() {
-  int n = 0;
+std::vector<int> thread_ids() {
+  std::vector<int> ids;
   if (DIR* d = opendir("/proc/self/task")) {
     while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') ++n;
+      if (e->d_name[0] != '.') ids.push_back(std::atoi(e->d_name));
     closedir(d);
   }
-  return n;
+  return ids;
 }
+
+int thread_count() { return static_cast<int>(thread_ids().size()); }
 
 // The rank's open descriptors, each as what it points to ("socket:[123]", "/dev/shm/smddp-...").
 std::map<int, std::string> open_fds() {

@@ -110,6 +110,8 @@ std::string with_small_dev_shm(const char* size, const std::function<std::string
 
 // Names of our segments in /dev/shm created by any of `pids` (empty when none).
 std::vector<std::string> shm_leftovers(const std::vector<int>& pids);
+// The ids of this process's threads (/proc/self/task).
+std::vector<int> thread_ids();
 int thread_count();
 
 }  // namespace smddp::testing

@@ -4,14 +4,12 @@
 // that design promises. The bounds are ten to a hundred times what the design gives, so a busy
 // machine does not fail them; what they catch is a waiter that spins or yields for its whole wait
 // (CPU bounds) and a ring that is lost (the sleeper would wake only at its 10 ms check).
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,14 +99,9 @@ bool pin_process_to(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
-  DIR* d = opendir("/proc/self/task");
-  if (!d) return false;
-  bool ok = true;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    ok &= sched_setaffinity(std::atoi(e->d_name), sizeof set, &set) == 0;
-  }
-  closedir(d);
+  const std::vector<int> ids = thread_ids();
+  bool ok = !ids.empty();
+  for (int tid : ids) ok &= sched_setaffinity(tid, sizeof set, &set) == 0;
   return ok;
 }
 
