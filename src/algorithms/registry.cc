@@ -124,8 +124,40 @@ const std::vector<const Algorithm*>& env_overrides() {
   return list;
 }
 
+const std::string& host_window_mode() {
+  static const std::string mode = [] {
+    std::string m = config::get_string("SMDDP_HOST_WINDOW");
+    if (m != "auto" && m != "off" && m != "any")
+      throw InvalidArgument("smddp: SMDDP_HOST_WINDOW is '" + m + "'; known: auto, off, any");
+    return m;
+  }();
+  return mode;
+}
+
+namespace {
+
+// Host memory, one node, a CPU per rank: the sizes in which the single-copy algorithms over
+// cross-memory attach beat the staged ones through torch at w=2 (docs/algorithms.md, "The
+// single-copy algorithms"): one copy per byte where staging makes two, and fewer rounds. Below,
+// their three rounds cost more than the copy saves; above, both are bound by memory, and the
+// kernel pins every page it copies. With more ranks than cores they lose (a read is a system call
+// that cannot hand the core to the rank it waits for). `bytes` as select() takes them.
+bool host_window_wins(CollKind kind, size_t bytes, int world_size) {
+  const std::string& mode = host_window_mode();
+  if (mode == "off" || world_size < 2 || (mode == "auto" && world_size != 2)) return false;
+  constexpr size_t KiB = 1024, MiB = 1024 * KiB;
+  switch (kind) {
+    case CollKind::allreduce: return bytes >= 4 * MiB && bytes <= 16 * MiB;
+    case CollKind::reduce_scatter: return bytes >= 1 * MiB && bytes <= 16 * MiB;
+    case CollKind::allgather: return bytes >= 256 * KiB && bytes <= 32 * MiB;
+    default: return false;
+  }
+}
+
+}  // namespace
+
 const Algorithm& select(CollKind kind, size_t bytes, int world_size, const std::vector<const Algorithm*>& overrides,
-                        const topology::Topology* topo, bool device_memory) {
+                        const topology::Topology* topo, bool device_memory, bool own_cpus) {
   const Scope scope = topo && topo->num_nodes() > 1 ? Scope::nodes : Scope::node;
   for (const Algorithm* a : overrides)
     if (a->kind == kind && a->scope == scope) return *a;
@@ -151,6 +183,7 @@ const Algorithm& select(CollKind kind, size_t bytes, int world_size, const std::
     static const size_t window_min = static_cast<size_t>(config::get_int("SMDDP_CUDA_WINDOW_MIN"));
     if (world_size == 1 || bytes >= window_min) return find(kind, "window");
   }
+  if (own_cpus && !device_memory && host_window_wins(kind, bytes, world_size)) return find(kind, "window");
   if (kind == CollKind::allreduce) {
     // One round trip through shared memory wins while every rank reducing every input is cheaper
     // than a second synchronisation (docs/algorithms.md has the measurements behind the limit).

@@ -22,8 +22,13 @@ const std::vector<const Algorithm*>& env_overrides();
 // node; across nodes only algorithms of Scope::nodes qualify (an override that does not fit the
 // topology is ignored there). `device_memory`: the buffers are a GPU's (inside a node the
 // single-copy window algorithms then win from SMDDP_CUDA_WINDOW_MIN up; docs/gpu.md).
+// `own_cpus`: host memory inside one node whose ranks each have a CPU of their own, where
+// SMDDP_HOST_WINDOW picks the window algorithms over cross-memory attach in the sizes they win.
 const Algorithm& select(CollKind kind, size_t bytes, int world_size,
                         const std::vector<const Algorithm*>& overrides = {},
-                        const topology::Topology* topo = nullptr, bool device_memory = false);
+                        const topology::Topology* topo = nullptr, bool device_memory = false, bool own_cpus = false);
+
+// SMDDP_HOST_WINDOW, parsed (throws InvalidArgument naming a bad value): "auto", "off" or "any".
+const std::string& host_window_mode();
 
 }  // namespace smddp::algorithms

@@ -80,6 +80,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   store_ = std::make_shared<PrefixStore>(next_store_prefix(*store, options_.name, rank), std::move(store));
   algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
   device::host_copy_kind();     // and a bad SMDDP_HOST_COPY
+  algorithms::host_window_mode();  // and SMDDP_HOST_WINDOW
   overrides_ = algorithms::parse_overrides(options_.algorithms);
   topo_ = topology::discover(*store_, rank, size, options_.timeout);
   multi_node_ = topo_.num_nodes() > 1;
@@ -338,7 +339,8 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     }
     if (empty) return;
     const auto& algo = algorithms::select(args.kind, args.count * blocks * dtype_size(args.dtype), size_, overrides_,
-                                          multi_node_ ? &topo_ : nullptr, args.memory.kind == Memory::Kind::cuda);
+                                          multi_node_ ? &topo_ : nullptr, args.memory.kind == Memory::Kind::cuda,
+                                          !multi_node_ && !topo_.oversubscribed());
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo.name
                             << " count " << args.count << ' ' << to_string(args.dtype);
     if (staged) {

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <string>
 
 #include "device/peer_window.h"
@@ -15,16 +16,23 @@ namespace {
 struct CmaDescriptor {
   uint64_t address;
   uint64_t bytes;
+  // A word of the exposing process and its value: a peer that reads it back through
+  // process_vm_readv can read this process (reachable()).
+  uint64_t probe_address;
+  uint64_t probe_value;
 };
 static_assert(sizeof(CmaDescriptor) <= PeerWindows::kDescriptorBytes);
 
 class CmaWindows final : public PeerWindows {
  public:
-  explicit CmaWindows(std::function<int(int)> pid_of) : pid_of_(std::move(pid_of)) {}
+  explicit CmaWindows(std::function<int(int)> pid_of) : pid_of_(std::move(pid_of)) {
+    std::random_device rd;
+    probe_ = (uint64_t{rd()} << 32 | rd()) | 1;  // never 0, what a zeroed page reads
+  }
   const char* name() const override { return "cma"; }
 
   bool expose(const void* p, size_t bytes, std::byte* desc) override {
-    const CmaDescriptor d{reinterpret_cast<uint64_t>(p), bytes};
+    const CmaDescriptor d{reinterpret_cast<uint64_t>(p), bytes, reinterpret_cast<uint64_t>(&probe_), probe_};
     std::memcpy(desc, &d, sizeof d);
     return true;  // any memory of this process can be read by a peer allowed to
   }
@@ -33,6 +41,21 @@ class CmaWindows final : public PeerWindows {
     CmaDescriptor d;
     std::memcpy(&d, desc, sizeof d);
     return {peer, d.address, static_cast<size_t>(d.bytes), nullptr};
+  }
+
+  // The peer's probe word, read back: fails where ptrace rules (Yama, a container's seccomp)
+  // refuse process_vm_readv, and differs where the peer's pid names another process here (the
+  // peer runs in another PID namespace that shares /dev/shm with this one).
+  bool reachable(int peer, const std::byte* desc, std::string* why) override {
+    CmaDescriptor d;
+    std::memcpy(&d, desc, sizeof d);
+    uint64_t got = 0;
+    iovec l{&got, sizeof got}, r{reinterpret_cast<void*>(d.probe_address), sizeof got};
+    const ssize_t n = ::process_vm_readv(pid_of_(peer), &l, 1, &r, 1, 0);
+    if (n == static_cast<ssize_t>(sizeof got) && got == d.probe_value) return true;
+    *why = "process_vm_readv from local rank " + std::to_string(peer) + " (pid " + std::to_string(pid_of_(peer)) +
+           "): " + (n < 0 ? std::strerror(errno) : "read back another value (another process has its pid here)");
+    return false;
   }
 
   void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) override {
@@ -60,6 +83,7 @@ class CmaWindows final : public PeerWindows {
 
  private:
   std::function<int(int)> pid_of_;
+  uint64_t probe_;
 };
 
 }  // namespace

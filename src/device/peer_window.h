@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "engine/op_info.h"
 
@@ -41,11 +43,20 @@ class PeerWindows {
   virtual bool expose(const void* p, size_t bytes, std::byte* desc) = 0;
   // Opens what local rank `peer` exposed.
   virtual PeerBuffer open(int peer, const std::byte* desc) = 0;
+  // Whether this rank can in fact read what `peer` exposed in `desc` (one of its descriptors);
+  // false with the reason in `why`. Asked once per peer, on the communicator's first single-copy
+  // collective, whose ranks then agree (algorithms/window_rounds.cc). CMA may be refused (a
+  // container's seccomp, Yama), and a peer in another PID namespace has another process's pid.
+  virtual bool reachable(int /*peer*/, const std::byte* /*desc*/, std::string* /*why*/) { return true; }
   // Copies [offset, offset + bytes) of a peer's buffer into `dst`, memory of this window's kind,
   // in order with the Device's work on that memory (host: both synchronous; CUDA: the same
   // stream), so a reduction queued after a read sees its data and a later read may reuse the
   // scratch only after that reduction. Throws SystemError naming the op and peer on failure.
   virtual void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) = 0;
+
+  // Set, alike on every rank, by the first single-copy collective: whether every rank reached
+  // every peer (reachable()). False: the single-copy algorithms stage from then on.
+  std::optional<bool> reachable_everywhere;
 };
 
 // Host memory of the node's other ranks by process_vm_readv; `pid_of(r)` is local rank r's

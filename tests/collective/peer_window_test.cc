@@ -7,6 +7,8 @@
 // The algorithms run here directly on a shm::Group with a small staging slot, so every size
 // below crosses several pipeline chunks.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -147,6 +149,36 @@ TEST_P(PeerWindow, CmaWindowsReadHostMemory) {
     auto win = device::cma_windows([&g](int r) { return g.pid_of(r); });
     std::vector<std::vector<float>> heap;
     run_window_collectives(g, *win, [&](size_t n) { heap.emplace_back(n); return heap.back().data(); }, rep, "cma");
+    if (win->reachable_everywhere != std::optional<bool>(true)) rep.fail("the ranks did not agree they reach each other");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// A rank that cannot read its peers' memory makes every rank stage, from the communicator's first
+// single-copy collective on, with right results. Here the pids it reads name another process (a
+// child of its own), as a peer's would from another PID namespace sharing /dev/shm: the probe
+// word reads back wrong or not at all, never a wrong buffer.
+TEST_P(PeerWindow, CmaWindowsARankThatCannotReadItsPeersMakesEveryRankStage) {
+  auto res = run_ranks(GetParam(), [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    shm::Group g(*store, rank, w, small_slots(), std::chrono::seconds(60));
+    pid_t other = -1;
+    if (rank == w - 1) {
+      other = ::fork();
+      if (other == 0) {
+        ::pause();
+        ::_exit(0);
+      }
+    }
+    auto win = device::cma_windows([&g, other](int r) { return other > 0 ? other : g.pid_of(r); });
+    std::vector<std::vector<float>> heap;
+    run_window_collectives(g, *win, [&](size_t n) { heap.emplace_back(n); return heap.back().data(); }, rep,
+                           "unreachable");
+    if (win->reachable_everywhere != std::optional<bool>(false))
+      rep.fail("rank " + std::to_string(rank) + " did not learn that a rank cannot read its peers");
+    if (other > 0) {
+      ::kill(other, SIGKILL);
+      ::waitpid(other, nullptr, 0);
+    }
   });
   ASSERT_TRUE(res.ok()) << res.summary();
 }

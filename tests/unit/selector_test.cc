@@ -42,5 +42,36 @@ TEST(Selector, AnOverrideStillWinsOnGpuMemory) {
   EXPECT_STREQ(select(CollKind::allgather, 256 << 20, 2, forced, nullptr, true).name, "direct");
 }
 
+// Host memory inside one node whose ranks each have a CPU (own_cpus): the window algorithms over
+// CMA in the sizes where they measured faster at 2 ranks, the staged ones elsewhere.
+TEST(Selector, HostMemoryAtTwoRanksWithACpuEachTakesTheWindowAlgorithmsInTheirSizes) {
+  ASSERT_EQ(host_window_mode(), "auto") << "run without SMDDP_HOST_WINDOW set";
+  auto host = [](CollKind k, size_t bytes, int world, bool own_cpus) {
+    return std::string(select(k, bytes, world, {}, nullptr, false, own_cpus).name);
+  };
+  constexpr size_t KiB = 1024, MiB = 1024 * KiB;
+  struct Band {
+    CollKind kind;
+    size_t min, max;
+    const char* staged;
+  };
+  for (const Band& b : {Band{CollKind::allreduce, 4 * MiB, 16 * MiB, "rs_ag"},
+                        Band{CollKind::reduce_scatter, 1 * MiB, 16 * MiB, "direct"},
+                        Band{CollKind::allgather, 256 * KiB, 32 * MiB, "direct"}}) {
+    const char* k = to_string(b.kind);
+    EXPECT_EQ(host(b.kind, b.min, 2, true), "window") << k;
+    EXPECT_EQ(host(b.kind, b.max, 2, true), "window") << k;
+    EXPECT_EQ(host(b.kind, b.min - 4, 2, true), b.staged) << k;
+    EXPECT_EQ(host(b.kind, b.max + 4, 2, true), b.staged) << k;
+    EXPECT_EQ(host(b.kind, b.min, 2, false), b.staged) << k << ": more ranks than CPUs";
+    EXPECT_EQ(host(b.kind, b.min, 4, true), b.staged) << k << ": measured at 2 ranks only";
+    EXPECT_EQ(host(b.kind, b.min, 1, true), b.kind == CollKind::allreduce ? "one_shot" : b.staged) << k;
+  }
+  EXPECT_EQ(host(CollKind::broadcast, 8 * MiB, 2, true), "direct");
+  // An override still wins.
+  const std::vector<const Algorithm*> forced = parse_overrides("allreduce:rs_ag");
+  EXPECT_STREQ(select(CollKind::allreduce, 8 * MiB, 2, forced, nullptr, false, true).name, "rs_ag");
+}
+
 }  // namespace
 }  // namespace smddp::algorithms
