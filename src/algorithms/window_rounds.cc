@@ -61,7 +61,7 @@ bool open_windows(Context& ctx, const std::vector<std::pair<const void*, size_t>
       peers[static_cast<size_t>(j)][k] = ctx.windows->open(j, ctx.shm.slot(j, p) + k * kDesc);
   }
   // After the opens: the peers' descriptors live in this round's slots, which a later round reuses.
-  if (ctx.windows->reachable_everywhere.has_value()) return true;  // agreed before, and not false
+  if (!ctx.windows->needs_probe() || ctx.windows->reachable_everywhere.has_value()) return true;  // (not false)
   return agree_reachable(ctx, p);
 }
 

@@ -327,31 +327,34 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     // Before any round: the fence of the first arrive() (or the staging's) then also waits for
     // the caller's work, so no peer reads this rank's buffers before they are written.
     if (args.ready) device::cuda_wait(mem_dev, args.ready.get());
+    const algorithms::Algorithm* algo =
+        empty ? nullptr
+              : &algorithms::select(args.kind, args.count * blocks * dtype_size(args.dtype), size_, overrides_,
+                                    multi_node_ ? &topo_ : nullptr, args.memory.kind == Memory::Kind::cuda,
+                                    !multi_node_ && !topo_.oversubscribed());
     if (consistency_) {
       // Compared in the algorithm's first shared-memory round, before it combines or copies
       // anything into an output. Across nodes the algorithms may start on the network, and an
       // empty collective has no rounds at all: those compare in a round of their own first,
       // across nodes after swapping fingerprints with the other nodes (cross_node_agreement.h).
-      const Fingerprint fp = fingerprint(op.coll_seq, args);
+      // The algorithm is in it: ranks that picked different ones would run different rounds.
+      const Fingerprint fp = fingerprint(op.coll_seq, args, algo);
       shm_->announce(fp);
       if (multi_node_) agree_across_nodes(ctx, fp);
       else if (empty) agreement_round(op);
     }
     if (empty) return;
-    const auto& algo = algorithms::select(args.kind, args.count * blocks * dtype_size(args.dtype), size_, overrides_,
-                                          multi_node_ ? &topo_ : nullptr, args.memory.kind == Memory::Kind::cuda,
-                                          !multi_node_ && !topo_.oversubscribed());
-    SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo.name
+    SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo->name
                             << " count " << args.count << ' ' << to_string(args.dtype);
     if (staged) {
       HostStaging staging(*staging_pool_);
       const CollArgs host_args = staging.stage_in(mem_dev, args, rank_, size_);
-      algo.run(ctx, host_args);
+      algo->run(ctx, host_args);
       if (shm_->announcement_pending()) agreement_round(op);
       staging.stage_out(mem_dev);  // only after success: a failed collective leaves the outputs alone
       staging_pool_->trim(kScratchKeep);
     } else {
-      algo.run(ctx, args);
+      algo->run(ctx, args);
       ctx.dev.fence();  // the outputs are complete when the collective is
       if (shm_->announcement_pending()) agreement_round(op);  // an algorithm that never synchronised
     }

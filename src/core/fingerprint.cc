@@ -1,5 +1,7 @@
 #include "core/fingerprint.h"
 
+#include "algorithms/registry.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -9,7 +11,8 @@ namespace smddp::detail {
 using algorithms::CollKind;
 
 namespace {
-// kWhat packs kind+1 (bits 0-7), dtype (8-15), op+1 (16-23) and flags (24-31).
+// kWhat packs kind+1 (bits 0-7), dtype (8-15), op+1 (16-23), flags (24-31) and the algorithm's
+// place in algorithms::all() + 1 (32-47; 0: none).
 enum Word { kSeq, kWhat, kCount, kRoot, kFactor, kParts };
 constexpr uint64_t kPerPeerCounts = 1;  // flag: alltoall with per-peer counts
 constexpr uint64_t kCudaMemory = 2;     // flag: the buffers are CUDA memory
@@ -18,6 +21,8 @@ uint64_t kind_of(const Fingerprint& fp) { return fp[kWhat] & 0xff; }
 uint64_t dtype_of(const Fingerprint& fp) { return (fp[kWhat] >> 8) & 0xff; }
 uint64_t op_of(const Fingerprint& fp) { return (fp[kWhat] >> 16) & 0xff; }
 uint64_t flags_of(const Fingerprint& fp) { return (fp[kWhat] >> 24) & 0xff; }
+uint64_t algorithm_of(const Fingerprint& fp) { return (fp[kWhat] >> 32) & 0xffff; }
+constexpr uint64_t kAlgorithmBits = uint64_t{0xffff} << 32;
 
 bool has_reduction(CollKind k) {
   return k == CollKind::allreduce || k == CollKind::reduce || k == CollKind::reduce_scatter;
@@ -27,7 +32,7 @@ bool has_root(CollKind k) {
 }
 }  // namespace
 
-Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a) {
+Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a, const algorithms::Algorithm* algorithm) {
   static_assert(kParts < shm::Group::kFingerprintWords);
   Fingerprint fp{};
   fp[kSeq] = coll_seq;
@@ -44,6 +49,7 @@ Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a) {
     if (a.memory.kind == Memory::Kind::cuda) what |= kCudaMemory << 24;
     fp[kParts] = a.parts;
   }
+  if (algorithm) what |= static_cast<uint64_t>(algorithm - algorithms::all().data() + 1) << 32;
   fp[kWhat] = what;
   return fp;
 }
@@ -57,7 +63,7 @@ uint64_t parts_signature(const std::vector<size_t>& parts) {
   return (n << 48) | (h & ((uint64_t{1} << 48) - 1));
 }
 
-std::string describe(const Fingerprint& fp) {
+std::string describe(const Fingerprint& fp, bool with_algorithm) {
   if (kind_of(fp) == 0) return "nothing";
   const auto kind = static_cast<CollKind>(kind_of(fp) - 1);
   std::string s = algorithms::to_string(kind);
@@ -95,10 +101,23 @@ std::string describe(const Fingerprint& fp) {
   }
   s += ") as collective #";
   s += std::to_string(fp[kSeq]);
+  const uint64_t algo = algorithm_of(fp);
+  if (with_algorithm && algo > 0 && algo <= algorithms::all().size()) {
+    s += " with algorithm ";
+    s += algorithms::all()[algo - 1].name;
+  }
   return s;
 }
 
 std::string describe_disagreement(const std::vector<Fingerprint>& all, const std::vector<int>& global) {
+  // Ranks that agree on everything but the algorithm chose it by settings that differ between them.
+  bool only_algorithms = true;
+  for (const auto& fp : all) {
+    Fingerprint a = fp, b = all[0];
+    a[kWhat] &= ~kAlgorithmBits;
+    b[kWhat] &= ~kAlgorithmBits;
+    only_algorithms = only_algorithms && a == b;
+  }
   std::vector<bool> said(all.size(), false);
   std::string out;
   for (size_t i = 0; i < all.size(); ++i) {
@@ -111,8 +130,10 @@ std::string describe_disagreement(const std::vector<Fingerprint>& all, const std
       }
     std::string who = ranks.size() == 1 ? "rank " : "ranks ";
     for (size_t k = 0; k < ranks.size(); ++k) who += (k ? ", " : "") + std::to_string(ranks[k]);
-    out += (out.empty() ? "" : "; ") + who + " called " + describe(all[i]);
+    out += (out.empty() ? "" : "; ") + who + " called " + describe(all[i], only_algorithms);
   }
+  if (only_algorithms && !all.empty())
+    out += " (each rank picks the algorithm from its own SMDDP_* settings and Options::algorithms: they must agree)";
   return out;
 }
 

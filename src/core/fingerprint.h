@@ -17,18 +17,22 @@ using Fingerprint = shm::Group::Fingerprint;
 // Equal on every rank exactly when the ranks agree on the collective's kind, sequence number,
 // dtype, count, reduction (op and premul factor), root, kind of memory (host or CUDA) and, for
 // coalesced calls, how the count splits into parts. Fields a kind does not use are zero.
-// Per-peer counts (alltoallv) are checked by the algorithm itself, pair by pair.
-Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a);
+// Per-peer counts (alltoallv) are checked by the algorithm itself, pair by pair. `algorithm`:
+// the one each rank's selector picked (null: none runs), which ranks whose SMDDP_* settings or
+// Options::algorithms differ may not agree on.
+Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a,
+                        const algorithms::Algorithm* algorithm = nullptr);
 
 // CollArgs::parts for a coalesced call of these part sizes (0 for a single part).
 uint64_t parts_signature(const std::vector<size_t>& parts);
 
-// "allreduce(f32, 16 elements, sum)".
-std::string describe(const Fingerprint& fp);
+// "allreduce(f32, 16 elements, sum) as collective #3"; `with_algorithm`: then " with algorithm
+// rs_ag" too.
+std::string describe(const Fingerprint& fp, bool with_algorithm = false);
 
 // One clause per distinct fingerprint, in rank order, naming the (global) ranks that announced
 // it: "rank 0 called allreduce(f32, 16 elements, sum); rank 1 called allreduce(f64, ...)". The
-// same text on every rank. `global[i]` is the communicator rank of local rank i (empty: the
+// same text on every rank. Algorithms are named only where they are all that differs. `global[i]` is the communicator rank of local rank i (empty: the
 // local ranks are the communicator's).
 std::string describe_disagreement(const std::vector<Fingerprint>& all, const std::vector<int>& global);
 

@@ -51,12 +51,17 @@ class CmaWindows final : public PeerWindows {
     std::memcpy(&d, desc, sizeof d);
     uint64_t got = 0;
     iovec l{&got, sizeof got}, r{reinterpret_cast<void*>(d.probe_address), sizeof got};
-    const ssize_t n = ::process_vm_readv(pid_of_(peer), &l, 1, &r, 1, 0);
+    const int pid = pid_of_(peer);
+    ssize_t n;
+    do n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    while (n < 0 && errno == EINTR);
+    const int err = errno;
     if (n == static_cast<ssize_t>(sizeof got) && got == d.probe_value) return true;
-    *why = "process_vm_readv from local rank " + std::to_string(peer) + " (pid " + std::to_string(pid_of_(peer)) +
-           "): " + (n < 0 ? std::strerror(errno) : "read back another value (another process has its pid here)");
+    *why = "process_vm_readv from local rank " + std::to_string(peer) + " (pid " + std::to_string(pid) + "): " +
+           (n < 0 ? std::strerror(err) : "read back another value (another process has its pid here)");
     return false;
   }
+  bool needs_probe() const override { return true; }
 
   void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) override {
     const int pid = pid_of_(b.peer);

@@ -48,6 +48,9 @@ class PeerWindows {
   // collective, whose ranks then agree (algorithms/window_rounds.cc). CMA may be refused (a
   // container's seccomp, Yama), and a peer in another PID namespace has another process's pid.
   virtual bool reachable(int /*peer*/, const std::byte* /*desc*/, std::string* /*why*/) { return true; }
+  // Whether reachable() can say no, so that the ranks must agree on it once. Not for CUDA IPC,
+  // whose windows are one per GPU: a rank's first collective on a GPU is not its peers'.
+  virtual bool needs_probe() const { return false; }
   // Copies [offset, offset + bytes) of a peer's buffer into `dst`, memory of this window's kind,
   // in order with the Device's work on that memory (host: both synchronous; CUDA: the same
   // stream), so a reduction queued after a read sees its data and a later read may reuse the

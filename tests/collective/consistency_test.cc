@@ -39,6 +39,7 @@ struct Case {
   std::string expect;
   std::vector<int> hosts = {};  // per rank: the pretend host it runs on (empty: one node)
   std::string also = "";        // a second text every message must contain
+  std::vector<std::string> algorithms = {};  // per rank: its Options::algorithms (empty: none)
 };
 
 void PrintTo(const Case& k, std::ostream* os) { *os << k.name; }  // for gtest's failure lines
@@ -57,7 +58,9 @@ void run_case(const Case& k) {
     o.timeout = 20s;
     std::vector<float> in(kBuf, static_cast<float>(rank + 1)), out(kBuf, kSentinel);
     {
-      Communicator c(store, rank, w, o);
+      Options mine = o;
+      if (!k.algorithms.empty()) mine.algorithms = k.algorithms[static_cast<size_t>(rank)];
+      Communicator c(store, rank, w, mine);
       const auto t0 = std::chrono::steady_clock::now();
       std::string what;
       expect_throw<MismatchError>(rep, k.name, [&] {
@@ -97,6 +100,14 @@ const Case kCases[] = {
        c.allreduce(in, out, r == 1 ? 20 : 10, DataType::f32, ReduceOp::sum).wait();
      },
      "rank 0 called allreduce(f32, 10 elements, sum) as collective #1; rank 1 called allreduce(f32, 20 elements, sum)"},
+    // The same call, but the ranks' settings pick different algorithms (different rounds).
+    {"algorithm", 2,
+     [](Communicator& c, int, float* in, float* out) {
+       c.allreduce(in, out, size_t{1} << 18, DataType::f32, ReduceOp::sum).wait();
+     },
+     "rank 0 called allreduce(f32, 262144 elements, sum) as collective #1 with algorithm rs_ag; rank 1 called "
+     "allreduce(f32, 262144 elements, sum) as collective #1 with algorithm one_shot",
+     {}, "settings and Options::algorithms: they must agree", {"allreduce:rs_ag", "allreduce:one_shot"}},
     {"dtype", 2,
      [](Communicator& c, int r, float* in, float* out) {
        c.allreduce(in, out, 16, r == 1 ? DataType::f64 : DataType::f32, ReduceOp::sum).wait();

@@ -8,6 +8,7 @@
 // below crosses several pipeline chunks.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,26 +166,45 @@ TEST_P(PeerWindow, CmaWindowsARankThatCannotReadItsPeersMakesEveryRankStage) {
     if (rank == w - 1) {
       other = ::fork();
       if (other == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // gone with the rank, however the rank ends
         ::pause();
         ::_exit(0);
       }
     }
+    struct Reap {
+      pid_t pid;
+      ~Reap() {
+        if (pid > 0) {
+          ::kill(pid, SIGKILL);
+          ::waitpid(pid, nullptr, 0);
+        }
+      }
+    } reap{other};
     auto win = device::cma_windows([&g, other](int r) { return other > 0 ? other : g.pid_of(r); });
     std::vector<std::vector<float>> heap;
     run_window_collectives(g, *win, [&](size_t n) { heap.emplace_back(n); return heap.back().data(); }, rep,
                            "unreachable");
     if (win->reachable_everywhere != std::optional<bool>(false))
       rep.fail("rank " + std::to_string(rank) + " did not learn that a rank cannot read its peers");
-    if (other > 0) {
-      ::kill(other, SIGKILL);
-      ::waitpid(other, nullptr, 0);
-    }
   });
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
 INSTANTIATE_TEST_SUITE_P(World, PeerWindow, ::testing::Values(2, 3),
                          [](const ::testing::TestParamInfo<int>& i) { return "w" + std::to_string(i.param); });
+
+// A peer whose process cannot be read (here: no such process) is unreachable, and says why.
+TEST(PeerWindowCma, AProcessThatCannotBeReadIsUnreachableWithTheReason) {
+  auto mine = device::cma_windows([](int) { return ::getpid(); });
+  auto wrong = device::cma_windows([](int) { return 0x3fffffff; });  // above any pid_max
+  std::vector<std::byte> buf(64), desc(device::PeerWindows::kDescriptorBytes);
+  ASSERT_TRUE(mine->expose(buf.data(), buf.size(), desc.data()));
+  std::string why;
+  EXPECT_TRUE(mine->reachable(1, desc.data(), &why)) << why;
+  EXPECT_FALSE(wrong->reachable(1, desc.data(), &why));
+  EXPECT_NE(why.find("local rank 1 (pid 1073741823): No such process"), std::string::npos) << why;
+  EXPECT_TRUE(mine->needs_probe());
+}
 
 // A read past what the peer exposed is refused with the sizes named, before any system call.
 TEST(PeerWindowCma, ReadPastTheExposedBytesIsRefused) {
