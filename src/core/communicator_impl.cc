@@ -58,6 +58,7 @@ shm::GroupConfig group_config(bool oversubscribed) {
                      : static_cast<size_t>(config::get_int("SMDDP_SHM_CHUNK"));
   c.fifo_bytes = static_cast<size_t>(config::get_int("SMDDP_SHM_FIFO"));
   c.spin = static_cast<int>(config::get_int("SMDDP_SPIN"));
+  c.move_off_shared_cpu = config::get_bool("SMDDP_MOVE_OFF_SHARED_CPU");
   // More ranks than cores: spinning only steals the time slice of the rank we wait for. That
   // counts the ranks of other nodes on this kernel too (network namespaces, containers): their
   // ranks are the ones a node's rank waits for between hosts, on the same cores.

@@ -33,6 +33,7 @@ const std::vector<Param>& params() {
       {"SMDDP_OFI_RMA", "auto", "Collective messages of at least this many bytes go between nodes by RMA write where the provider has it; off: tagged only; auto: 1m over native tcp, off over tcp;ofi_rxm (a failing connection mid-write crashes rxm) and elsewhere."},
       {"SMDDP_CUDA_SMS", "8", "Most SMs (thread blocks) a reduction kernel of a CUDA collective launches with; the rest stay with the model's kernels. Logged per device at SMDDP_DEBUG=INFO."},
       {"SMDDP_INTRA_OP_THREADS", "auto", "Python: torch's intra-op threads, set when the backend is created. auto: where OMP_NUM_THREADS is unset, LOCAL_WORLD_SIZE > 1 and torch's count is what it was at import smddp, a rank with more threads than its share of the node's CPUs (the union of its ranks' affinities) gets its share (torch's OpenMP pool otherwise spins on the cores the collectives need); keep: unchanged; N: N threads."},
+      {"SMDDP_MOVE_OFF_SHARED_CPU", "1", "1: a waiting rank that finds the rank it waits for last ran on its own CPU moves its thread to another CPU of its affinity (narrowed, then restored at once) instead of spinning on; 0: it never changes a thread's affinity and sleeps instead."},
       {"SMDDP_SPIN", "20000", "Polls of a shared flag before a waiting rank sleeps until a peer arrives (with more of the communicator's ranks on this kernel than CPUs: 64 at most, then brief yields)."},
   };
   return table;

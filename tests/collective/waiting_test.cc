@@ -150,6 +150,55 @@ TEST(Waiting, RanksStackedOnOneCpuDoNotSpinOnEachOther) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// Every thread of this process back onto `set`.
+bool set_process_affinity(const cpu_set_t& set) {
+  bool ok = true;
+  for (int tid : thread_ids()) ok &= sched_setaffinity(tid, sizeof set, &set) == 0;
+  return ok;
+}
+
+// A waiter whose late peer last arrived from its own CPU, with another CPU in its affinity: it
+// moves there and spins on (SMDDP_MOVE_OFF_SHARED_CPU=1, the default: about 30 ms of the long
+// spin here), or, with the setting 0, never touches its affinity and sleeps at once. Both ranks
+// arrive once from one CPU; then their affinity is widened again (a running thread stays where
+// it is) and rank 0 waits 60 ms for rank 1, which sleeps. Rank 0's CPU time tells which it did.
+class StackedWaiter : public ::testing::TestWithParam<bool> {};
+
+TEST_P(StackedWaiter, MovesAndSpinsOnOrSleepsAsSet) {
+  const bool move = GetParam();
+  cpu_set_t mine;
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0 || CPU_COUNT(&mine) < 2)
+    GTEST_SKIP() << "needs 2 CPUs in this process's affinity";
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &mine)) ++cpu;
+  RunOptions ro;
+  ro.env = {{"SMDDP_SPIN", "2000000"}, {"SMDDP_MOVE_OFF_SHARED_CPU", move ? "1" : "0"}};
+  auto res = run_ranks(2, [cpu, mine, move](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator c(store, rank, w);
+    float f = 1;
+    c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+    if (!pin_process_to(cpu)) rep.fail("could not pin rank " + std::to_string(rank));
+    c.barrier().wait();  // both arrive from `cpu`
+    if (!set_process_affinity(mine)) rep.fail("could not widen rank " + std::to_string(rank) + "'s affinity");
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    const double before = process_cpu_ms();
+    c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+    const double used = process_cpu_ms() - before;
+    if (rank != 0) return;
+    rep.record("waiter_cpu_ms", std::to_string(used));
+    if (move && used < 10)
+      rep.fail("the waiter used " + std::to_string(used) + " ms of CPU in a 60 ms wait: it did not move and spin on");
+    if (!move && used >= 10)
+      rep.fail("the waiter used " + std::to_string(used) + " ms of CPU in a 60 ms wait with SMDDP_MOVE_OFF_SHARED_CPU=0: "
+               "it moved and spun instead of sleeping");
+  }, ro);
+  print_records(res, "waiter_cpu_ms");
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Setting, StackedWaiter, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Move" : "Stay"; });
+
 // What a waiter stacked on its peer's CPU does where its affinity leaves it another (Group::wait):
 // the thread runs elsewhere at once, and its affinity is what it was.
 TEST(Waiting, MovingToAnotherCpuKeepsTheAffinity) {

@@ -452,6 +452,7 @@ bool Group::shares_cpu_with(const std::vector<int>& late) const {
 // and the user's mask as it was. At most once a millisecond: a scheduler that keeps stacking the
 // two gets a sleeper in between.
 bool Group::move_off_cpu() {
+  if (!cfg_.move_off_shared_cpu) return false;
   const auto now = Clock::now();
   if (now < next_move_) return false;
   next_move_ = now + std::chrono::milliseconds(1);
@@ -460,7 +461,10 @@ bool Group::move_off_cpu() {
     const int c = ctl(r)->cpu_plus1.load(std::memory_order_relaxed) - 1;
     if (r != rank_ && c >= 0) busy.push_back(c);
   }
-  return move_to_another_cpu(busy);
+  if (!move_to_another_cpu(busy)) return false;
+  // Where this rank runs now, for a peer that waits on it before its next arrive().
+  ctl(rank_)->cpu_plus1.store(::sched_getcpu() + 1, std::memory_order_relaxed);
+  return true;
 }
 
 bool move_to_another_cpu(const std::vector<int>& avoid) {

@@ -48,6 +48,9 @@ struct GroupConfig {
   size_t fifo_bytes = 256 << 10;  // power of two
   int spin = 2000;
   bool yield_to_peers = false;  // more ranks on this kernel than CPUs: yield briefly before sleeping
+  // A waiter whose late peer last ran on its own CPU moves to another CPU of its affinity (false:
+  // it never touches its thread's affinity, and sleeps instead).
+  bool move_off_shared_cpu = true;
 };
 
 class Group {
