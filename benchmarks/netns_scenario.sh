@@ -23,6 +23,7 @@ while [ $# -gt 0 ]; do
 done
 [ -x $perf ] || { echo "build smddp-perf first (cmake --build build/host)" >&2; exit 1; }
 iperf=$(tools/netns iperf --seconds 5 ${rate:+--rate $rate})
+iperf_bidir=$(tools/netns iperf --seconds 5 --bidir ${rate:+--rate $rate})
 id=$(tools/netns up 2 ${rate:+--rate $rate})
 store=$(mktemp -d)
 logs=$(mktemp -d)
@@ -38,6 +39,8 @@ wait
   echo "# 2 namespace hosts x $per_host ranks, $coll over libfabric (link: ${rate:-unshaped})"
   echo
   echo "$iperf (same kind of link, same machine, just before)"
+  echo
+  echo "$iperf_bidir (an allreduce sends as much each way at once)"
   echo
   echo '```'
   cat "$logs/0"

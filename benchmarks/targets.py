@@ -115,24 +115,31 @@ def one_node_targets(d):
 
 
 NETNS_IPERF = re.compile(r"iperf3 [0-9.]+ Gbit/s \(([0-9.]+) GB/s\)")
+NETNS_IPERF_BIDIR = re.compile(r"iperf3 both ways at once, each way [0-9.]+ Gbit/s \(([0-9.]+) GB/s\)")
 NETNS_RATE = re.compile(r"^\s*([0-9]+) B: ([0-9.]+) GB/s over the link", re.M)
 NETNS_WRONG = re.compile(r"^# total #wrong: ([0-9]+)", re.M)
 
 
 def between_hosts_targets(d):
+    """The link rate against iperf3 one way (the bar as #12 sets it) and, where the run measured
+    it, against iperf3 both ways at once: an allreduce between two hosts sends as much each way
+    at the same time, which a veth pair carries at about 3/4 of its one-way rate."""
     out = []
     for path in sorted(glob.glob(os.path.join(d, "netns_*.md"))):
         name = os.path.basename(path)[len("netns_"):-len(".md")]
-        t = Target("#12", "allreduce link rate / iperf3, ≥ 1 MiB", f"2 namespace hosts, {name}", 0.8, unit="%")
         text = open(path).read()
-        m = NETNS_IPERF.search(text)
         wrong = NETNS_WRONG.search(text)
         right = wrong is not None and int(wrong.group(1)) == 0
-        if m and float(m.group(1)) > 0:
-            for size, rate in NETNS_RATE.findall(text):
-                if int(size) >= 1 << 20:
-                    t.add(int(size), float(rate) / float(m.group(1)) if right else None)
-        out.append(t)
+        for pattern, what in ((NETNS_IPERF, "iperf3"), (NETNS_IPERF_BIDIR, "iperf3 both ways")):
+            m = pattern.search(text)
+            if what != "iperf3" and not m:
+                continue  # runs before the two-way reference
+            t = Target("#12", f"allreduce link rate / {what}, ≥ 1 MiB", f"2 namespace hosts, {name}", 0.8, unit="%")
+            if m and float(m.group(1)) > 0:
+                for size, rate in NETNS_RATE.findall(text):
+                    if int(size) >= 1 << 20:
+                        t.add(int(size), float(rate) / float(m.group(1)) if right else None)
+            out.append(t)
     return out
 
 

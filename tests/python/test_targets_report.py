@@ -62,6 +62,7 @@ def test_verdicts_on_known_ratios(tmp_path):
     ])
     with open(tmp_path / "netns_unshaped.md", "w") as f:
         f.write("iperf3 16.00 Gbit/s (2.000 GB/s) (same kind of link)\n"
+                "iperf3 both ways at once, each way 10.00 Gbit/s (1.250 GB/s) (an allreduce sends both ways)\n"
                 "      65536 B: 0.100 GB/s over the link\n"
                 "    1048576 B: 1.000 GB/s over the link\n"
                 "    4194304 B: 1.800 GB/s over the link\n"
@@ -85,6 +86,8 @@ def test_verdicts_on_known_ratios(tmp_path):
     assert t[("reduce_scatter vs Open MPI (time)", "w=4, one node, torch")][5] == "n/a"  # no w=4 results
     link = t[("allreduce link rate / iperf3, ≥ 1 MiB", "2 namespace hosts, unshaped")]
     assert link[4:] == ["worst 50% at 1 MiB; 1 of 2 points miss", "no"]
+    both = t[("allreduce link rate / iperf3 both ways, ≥ 1 MiB", "2 namespace hosts, unshaped")]
+    assert both[4:] == ["worst 80% at 1 MiB; 0 of 2 points miss", "yes"]
     w2 = "w=2, allreduce, torch"
     assert t[("smddp OMP unset / OMP=1 (time)", w2)][4:] == ["worst 1.30x at 8 B", "no"]
     assert t[("OMP unset: Open MPI / smddp (time)", w2)][4:] == ["worst 0.92x at 8 B", "no"]
