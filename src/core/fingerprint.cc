@@ -110,14 +110,18 @@ std::string describe(const Fingerprint& fp, bool with_algorithm) {
 }
 
 std::string describe_disagreement(const std::vector<Fingerprint>& all, const std::vector<int>& global) {
-  // Ranks that agree on everything but the algorithm chose it by settings that differ between them.
-  bool only_algorithms = true;
-  for (const auto& fp : all) {
-    Fingerprint a = fp, b = all[0];
-    a[kWhat] &= ~kAlgorithmBits;
-    b[kWhat] &= ~kAlgorithmBits;
-    only_algorithms = only_algorithms && a == b;
-  }
+  // Ranks that agree on everything but the algorithm chose it by settings that differ between
+  // them: their clauses name the algorithm (the others' need not).
+  auto without_algorithm = [](Fingerprint fp) {
+    fp[kWhat] &= ~kAlgorithmBits;
+    return fp;
+  };
+  auto algorithm_differs = [&](size_t i) {
+    for (const auto& fp : all)
+      if (fp != all[i] && without_algorithm(fp) == without_algorithm(all[i])) return true;
+    return false;
+  };
+  bool named = false;
   std::vector<bool> said(all.size(), false);
   std::string out;
   for (size_t i = 0; i < all.size(); ++i) {
@@ -130,9 +134,11 @@ std::string describe_disagreement(const std::vector<Fingerprint>& all, const std
       }
     std::string who = ranks.size() == 1 ? "rank " : "ranks ";
     for (size_t k = 0; k < ranks.size(); ++k) who += (k ? ", " : "") + std::to_string(ranks[k]);
-    out += (out.empty() ? "" : "; ") + who + " called " + describe(all[i], only_algorithms);
+    const bool with_algorithm = algorithm_differs(i);
+    named = named || with_algorithm;
+    out += (out.empty() ? "" : "; ") + who + " called " + describe(all[i], with_algorithm);
   }
-  if (only_algorithms && !all.empty())
+  if (named)
     out += " (each rank picks the algorithm from its own SMDDP_* settings and Options::algorithms: they must agree)";
   return out;
 }

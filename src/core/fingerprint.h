@@ -32,8 +32,9 @@ std::string describe(const Fingerprint& fp, bool with_algorithm = false);
 
 // One clause per distinct fingerprint, in rank order, naming the (global) ranks that announced
 // it: "rank 0 called allreduce(f32, 16 elements, sum); rank 1 called allreduce(f64, ...)". The
-// same text on every rank. Algorithms are named only where they are all that differs. `global[i]` is the communicator rank of local rank i (empty: the
-// local ranks are the communicator's).
+// same text on every rank. A clause names the algorithm where another differs from it only
+// there. `global[i]` is the communicator rank of local rank i (empty: the local ranks are the
+// communicator's).
 std::string describe_disagreement(const std::vector<Fingerprint>& all, const std::vector<int>& global);
 
 }  // namespace smddp::detail

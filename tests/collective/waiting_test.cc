@@ -180,6 +180,8 @@ TEST_P(StackedWaiter, MovesAndSpinsOnOrSleepsAsSet) {
     if (!pin_process_to(cpu)) rep.fail("could not pin rank " + std::to_string(rank));
     c.barrier().wait();  // both arrive from `cpu`
     if (!set_process_affinity(mine)) rep.fail("could not widen rank " + std::to_string(rank) + "'s affinity");
+    // Past the millisecond that must lie between two moves (one may have happened in the barrier).
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(60));
     const double before = process_cpu_ms();
     c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();

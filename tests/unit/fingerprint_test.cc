@@ -3,6 +3,7 @@
 // other's buffers through different peer windows, so that pair must be a MismatchError.
 #include <gtest/gtest.h>
 
+#include "algorithms/registry.h"
 #include "core/fingerprint.h"
 
 namespace smddp::detail {
@@ -23,6 +24,28 @@ TEST(Fingerprint, MemoryKindIsComparedAndNamed) {
   EXPECT_EQ(gpu0, gpu1) << "ranks on different GPUs of a node run one collective together";
   EXPECT_EQ(describe(host), "allreduce(f32, 16 elements, sum) as collective #3");
   EXPECT_EQ(describe(gpu0), "allreduce(f32, 16 elements, sum, CUDA memory) as collective #3");
+}
+
+// The algorithm is compared; a clause names it only where another clause differs from it in
+// the algorithm alone (here ranks 0 and 1; rank 2 differs in count, and its clause does not).
+TEST(Fingerprint, AlgorithmIsComparedAndNamedWhereItIsTheDifference) {
+  const auto& rs_ag = algorithms::find(algorithms::CollKind::allreduce, "rs_ag");
+  const auto& one_shot = algorithms::find(algorithms::CollKind::allreduce, "one_shot");
+  auto other_count = allreduce(Memory{});
+  other_count.count = 32;
+  const std::vector<Fingerprint> all = {fingerprint(3, allreduce(Memory{}), &rs_ag),
+                                        fingerprint(3, allreduce(Memory{}), &one_shot),
+                                        fingerprint(3, other_count, &rs_ag)};
+  EXPECT_NE(all[0], all[1]);
+  EXPECT_EQ(describe_disagreement(all, {}),
+            "rank 0 called allreduce(f32, 16 elements, sum) as collective #3 with algorithm rs_ag; "
+            "rank 1 called allreduce(f32, 16 elements, sum) as collective #3 with algorithm one_shot; "
+            "rank 2 called allreduce(f32, 32 elements, sum) as collective #3 (each rank picks the algorithm "
+            "from its own SMDDP_* settings and Options::algorithms: they must agree)");
+  // Without an algorithm difference nothing about algorithms is said.
+  EXPECT_EQ(describe_disagreement({all[0], all[2]}, {}),
+            "rank 0 called allreduce(f32, 16 elements, sum) as collective #3; "
+            "rank 1 called allreduce(f32, 32 elements, sum) as collective #3");
 }
 
 }  // namespace

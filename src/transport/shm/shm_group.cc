@@ -455,13 +455,13 @@ bool Group::move_off_cpu() {
   if (!cfg_.move_off_shared_cpu) return false;
   const auto now = Clock::now();
   if (now < next_move_) return false;
-  next_move_ = now + std::chrono::milliseconds(1);
   std::vector<int> busy;  // the CPUs the other ranks last ran on: not a place to move to
   for (int r = 0; r < size_; ++r) {
     const int c = ctl(r)->cpu_plus1.load(std::memory_order_relaxed) - 1;
     if (r != rank_ && c >= 0) busy.push_back(c);
   }
   if (!move_to_another_cpu(busy)) return false;
+  next_move_ = now + std::chrono::milliseconds(1);  // moves, not failed tries: those sleep anyway
   // Where this rank runs now, for a peer that waits on it before its next arrive().
   ctl(rank_)->cpu_plus1.store(::sched_getcpu() + 1, std::memory_order_relaxed);
   return true;
