@@ -29,13 +29,15 @@ TEST(Fingerprint, MemoryKindIsComparedAndNamed) {
 // The algorithm is compared; a clause names it only where another clause differs from it in
 // the algorithm alone (here ranks 0 and 1; rank 2 differs in count, and its clause does not).
 TEST(Fingerprint, AlgorithmIsComparedAndNamedWhereItIsTheDifference) {
-  const auto& rs_ag = algorithms::find(algorithms::CollKind::allreduce, "rs_ag");
-  const auto& one_shot = algorithms::find(algorithms::CollKind::allreduce, "one_shot");
+  // Pointers, not references: GCC 14 takes a reference to find()'s result, called with a
+  // temporary string, for a possibly dangling one (-Wdangling-reference).
+  const algorithms::Algorithm* rs_ag = &algorithms::find(algorithms::CollKind::allreduce, "rs_ag");
+  const algorithms::Algorithm* one_shot = &algorithms::find(algorithms::CollKind::allreduce, "one_shot");
   auto other_count = allreduce(Memory{});
   other_count.count = 32;
-  const std::vector<Fingerprint> all = {fingerprint(3, allreduce(Memory{}), &rs_ag),
-                                        fingerprint(3, allreduce(Memory{}), &one_shot),
-                                        fingerprint(3, other_count, &rs_ag)};
+  const std::vector<Fingerprint> all = {fingerprint(3, allreduce(Memory{}), rs_ag),
+                                        fingerprint(3, allreduce(Memory{}), one_shot),
+                                        fingerprint(3, other_count, rs_ag)};
   EXPECT_NE(all[0], all[1]);
   EXPECT_EQ(describe_disagreement(all, {}),
             "rank 0 called allreduce(f32, 16 elements, sum) as collective #3 with algorithm rs_ag; "
