@@ -487,6 +487,18 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Ma
       // (a failed receive also keeps its claim on the FIFO), so no later message is taken.
       shm_->throw_if_aborted(op);
       return machine->poll(*shm_, op);
+    } catch (const SystemError&) {
+      // Across nodes a broken connection is more often the peer leaving after its node aborted
+      // (a receive that found a disagreement, say) than the cause: as for collectives, the
+      // abort the peer left in the store names the cause.
+      std::exception_ptr cause = std::current_exception();
+      if (multi_node_) cause = cause_of_transfer_failure(op, cause);
+      try {
+        std::rethrow_exception(cause);
+      } catch (const std::exception& e) {
+        abort_everywhere(e.what());
+        throw;
+      }
     } catch (const std::exception& e) {
       // Any failure mid-message (a tag/size mismatch included) leaves the byte stream between
       // the pair unreadable: the communicator cannot go on.
