@@ -45,6 +45,9 @@ struct Args {
   bool check = true;
   bool cuda = false;  // -m cuda: buffers in GPU memory
   bool hog = false;   // -H 1: one busy process per CPU beside the ranks (with -np)
+  // -i 1: allreduce in place, as torch's all_reduce and DDP's buckets run it: the output is the
+  // input, rewritten by every call, so peers read lines another core just wrote.
+  bool in_place = false;
 };
 
 size_t parse_size(const char* s) {
@@ -78,7 +81,8 @@ void usage() {
       "smddp-perf [-np N] [-c allreduce|allgather|reduce_scatter|broadcast|alltoall] [-b MIN] [-e MAX]\n"
       "           [-f FACTOR] [-w WARMUP] [-n ITERS] [-d f32|f64|f16|bf16|i8|u8|i32|i64|bool] [-o sum|prod|min|max|avg]\n"
       "           [-a ALGORITHM] [-k 0|1 (check results)] [-m host|cuda (where the buffers are)]\n"
-      "           [-H 0|1 (with -np: one busy process per CPU beside the ranks, as dataloader workers)]");
+      "           [-H 0|1 (with -np: one busy process per CPU beside the ranks, as dataloader workers)]\n"
+      "           [-i 0|1 (allreduce in place, as torch runs it)]");
 }
 
 Args parse(int argc, char** argv) {
@@ -101,12 +105,17 @@ Args parse(int argc, char** argv) {
     else if (k == "-a") a.algo = val();
     else if (k == "-k") a.check = std::atoi(val()) != 0;
     else if (k == "-H") a.hog = std::atoi(val()) != 0;
+    else if (k == "-i") a.in_place = std::atoi(val()) != 0;
     else if (k == "-m") {
       const std::string m = val();
       if (m != "host" && m != "cuda") { usage(); std::exit(2); }
       a.cuda = m == "cuda";
     }
     else { usage(); std::exit(k == "-h" || k == "--help" ? 0 : 2); }
+  }
+  if (a.in_place && a.coll != "allreduce") {
+    std::fprintf(stderr, "smddp-perf: -i 1 (in place) is for allreduce, not %s\n", a.coll.c_str());
+    std::exit(2);
   }
   return a;
 }
@@ -160,10 +169,10 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
     ~DeviceBuffer() { device::cuda_free(p); }
   };
   if (rank == 0) {
-    std::printf("# smddp-perf %s: %s, %d ranks, dtype %s, op %s, warmup %d, iters %d, %s memory%s%s%s\n", version(),
+    std::printf("# smddp-perf %s: %s, %d ranks, dtype %s, op %s, warmup %d, iters %d, %s memory%s%s%s%s\n", version(),
                 a.coll.c_str(), world, to_string(a.dtype), to_string(a.op), a.warmup, a.iters,
                 a.cuda ? "cuda" : "host", a.algo.empty() ? "" : ", algorithm ", a.algo.c_str(),
-                a.hog ? ", one busy process per CPU beside the ranks" : "");
+                a.hog ? ", one busy process per CPU beside the ranks" : "", a.in_place ? ", in place" : "");
     std::printf("#%12s %12s %6s %6s %6s %12s %10s %10s %7s  %-12s %s\n", "size(B)", "count", "type", "redop", "root",
                 "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algorithm", "c2c(ns)");
   }
@@ -179,7 +188,7 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
     DeviceBuffer din, dout;
     if (gpu) din.p = device::cuda_malloc(in.size() * 8), dout.p = device::cuda_malloc(out.size() * 8);
     void* pin = gpu ? din.p : in.data();
-    void* pout = gpu ? dout.p : out.data();
+    void* pout = a.in_place ? pin : gpu ? dout.p : out.data();
     auto fill = [&] {
       for (size_t i = 0; i < s.in_elems; ++i) put(in.data(), i, a.dtype, value(rank, i));
       if (gpu) gpu->copy(din.p, in.data(), in.size() * 8), gpu->fence();
@@ -209,11 +218,11 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
       if (gpu) gpu->copy(dout.p, out.data(), out.size() * 8), gpu->fence();
       run_once().wait();
       if (gpu) {  // the result back into the host image it is checked in
-        const bool root_buf = a.coll == "broadcast" && rank == 0;
+        const bool root_buf = a.in_place || (a.coll == "broadcast" && rank == 0);
         gpu->copy(root_buf ? in.data() : out.data(), root_buf ? din.p : dout.p, (root_buf ? in : out).size() * 8);
         gpu->fence();
       }
-      const void* res = a.coll == "broadcast" && rank == 0 ? in.data() : out.data();
+      const void* res = a.in_place || (a.coll == "broadcast" && rank == 0) ? in.data() : out.data();
       for (size_t i = 0; i < s.out_elems; ++i) {
         double want = 0;
         if (a.coll == "allreduce" || a.coll == "reduce_scatter") {
