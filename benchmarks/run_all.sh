@@ -50,7 +50,7 @@ echo "smddp-perf done"
 for np in 2 4; do
   tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
     --backends smddp,gloo,mpi --ops allreduce,allgather,reduce_scatter,ddp_step,fsdp_step --min 8 --max 64M \
-    --factor 4 --memcpy --rounds 3 --out "$OUT/torch_np$np"
+    --factor 4 --memcpy --rounds 3 --row-time 0.2 --out "$OUT/torch_np$np"
 done
 echo "torch sweeps done"
 
@@ -59,7 +59,7 @@ echo "torch sweeps done"
 for np in 2 4; do
   tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
     --backends smddp,mpi,gloo --ops allreduce --min 8 --max 64M --factor 32 --contention 1,unset,hog --paired \
-    --rounds 5 --out "$OUT/contention_np$np"
+    --rounds 5 --row-time 0.2 --out "$OUT/contention_np$np"
 done
 echo "contention sweeps done"
 

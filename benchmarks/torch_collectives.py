@@ -107,6 +107,19 @@ def iters_for(nbytes, base):
 
 
 # ------------------------------------------------------------------------------------------------
+def calibrated_iters(warm_dt, args, dev):
+    """--row-time: as many timed iterations as fill that many seconds at the warm-up's pace (the
+    slowest rank's), between 3 and --max-iters, the same on every rank. A fixed count times a fast
+    backend's small messages for a few milliseconds, less than one of the scheduler's time slices
+    when ranks share cores, and a slow one's for seconds."""
+    import torch
+    import torch.distributed as dist
+    t = torch.tensor([warm_dt], dtype=torch.float64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dt = t.item()
+    return int(max(3, min(args.max_iters, args.row_time / dt if dt > 0 else args.max_iters)))
+
+
 def placed(t, offset):
     """t's values in a view `offset` elements into a new buffer (offset 0: a plain copy)."""
     import torch
@@ -185,9 +198,17 @@ def worker(args):
             try:
                 n = iters_for(count * 4, args.iters)
                 # Small messages: warm up longer (first touches, thread wake-ups, caches).
-                for _ in range(max(args.warmup, min(50, n // 4))):
+                warm = max(args.warmup, min(50, n // 4))
+                paced = max(1, warm // 2) if args.row_time > 0 else 0  # the warm-up's last ones, timed
+                for _ in range(max(0, warm - paced)):
                     run()
                 sync()
+                t0 = time.perf_counter()
+                for _ in range(paced):
+                    run()
+                sync()
+                if paced:
+                    n = calibrated_iters((time.perf_counter() - t0) / paced, args, dev)
                 c2c_before = core_to_core_ns(args.c2c) if rank == 0 else float("nan")  # the others wait
                 dist.barrier()
                 ru0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -236,7 +257,7 @@ def worker(args):
             if rank == 0:
                 algbw = count * 4 / dt / 1e9 if dt == dt else float("nan")
                 results.append({"backend": args.backend, "op": op, "world": world, "bytes": count * 4,
-                                "time_us": dt * 1e6, "algbw": algbw, "busbw": algbw * BUS[op](world),
+                                "iters": n, "time_us": dt * 1e6, "algbw": algbw, "busbw": algbw * BUS[op](world),
                                 "wrong": wrong, "error": err, "mode": args.mode, "cpu_us": cpu * 1e6,
                                 "iter_us": it * 1e6, "c2c_before_ns": c2c_before, "c2c_after_ns": c2c_after})
                 print(f"\r  {args.backend:6} {op:15} {count * 4:>10} B  {dt * 1e6:>12.1f} us", end="", flush=True)
@@ -321,6 +342,7 @@ def driver(args):
     me = os.path.abspath(__file__)
     common = ["--worker", "--device", args.device, "--ops", args.ops, "--smallest", args.min, "--largest", args.max,
               "--factor", str(args.factor), "--iters", str(args.iters), "--warmup", str(args.warmup),
+              "--row-time", str(args.row_time), "--max-iters", str(args.max_iters),
               "--step-width", str(args.step_width), "--offset", str(args.offset), "--compute", str(args.compute),
               f"--c2c={args.c2c}"]  # one argument: a launcher may drop an empty one
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -398,6 +420,8 @@ def median_rows(rows):
             cpus = [r.get("cpu_us", float("nan")) for r in ok]
             cpus = [c for c in cpus if c == c]
             m["cpu_us"] = statistics.median(cpus) if cpus else float("nan")
+            if all(isinstance(r.get("iters"), int) for r in ok):
+                m["iters"] = int(statistics.median(r["iters"] for r in ok))
             its = [r.get("iter_us", float("nan")) for r in ok]
             its = [i for i in its if i == i]
             m["iter_us"] = statistics.median(its) if its else float("nan")
@@ -508,13 +532,14 @@ def read_rows(path):
                      iter_us=float(r.get("iter_us") or "nan"),
                      c2c_before_ns=float(r.get("c2c_before_ns") or "nan"),
                      c2c_after_ns=float(r.get("c2c_after_ns") or "nan"),
+                     **({"iters": int(r["iters"])} if r.get("iters") not in (None, "") else {}),
                      **({"round": int(r["round"])} if r.get("round") not in (None, "") else {}))
                 for r in csv.DictReader(f)]
 
 
 def write_csv(path, rows):
     fields = ["backend", "op", "world", "bytes", "time_us", "algbw", "busbw", "wrong", "error", "mode", "cpu_us",
-              "iter_us", "c2c_before_ns", "c2c_after_ns", "round"]
+              "iter_us", "c2c_before_ns", "c2c_after_ns", "iters", "round"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -566,6 +591,9 @@ def write_outputs(rows, args, per_round=None):
         lines.append(f"Each point: the median of {args.rounds} runs of each backend, their order alternating"
                      + ("; each backend ran its modes back to back, their order rotating (`--paired`).\n" if getattr(args, "paired", False)
                         else ".\n"))
+    if getattr(args, "row_time", 0) > 0:
+        lines.append(f"Each point's timed loop ran as many iterations as fill {args.row_time:g} s at its warm-up's "
+                     f"pace (the slowest rank's), 3 to {args.max_iters} (column `iters` of results.csv).\n")
     if getattr(args, "offset", 0):
         lines.append(f"Every tensor is a view {args.offset} float32 elements ({4 * args.offset} bytes) into its "
                      "buffer, off torch's 64-byte alignment.\n")
@@ -627,6 +655,10 @@ def main():
     ap.add_argument("--factor", type=float, default=4)
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--row-time", type=float, default=0,
+                    help="seconds each point's timed loop should take: its iterations are set from the warm-up's "
+                         "pace (slowest rank), 3 to --max-iters, instead of from --iters (default 0: --iters)")
+    ap.add_argument("--max-iters", type=int, default=20000, help="the most iterations --row-time may set")
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--memcpy", action="store_true")
     ap.add_argument("--rounds", type=int, default=1,
