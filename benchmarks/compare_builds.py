@@ -9,10 +9,13 @@ builds have some.
 
     benchmarks/compare_builds.py BASE/smddp-perf NEW/smddp-perf [--rounds 5] [--np 2,4]
         [--colls allreduce,reduce_scatter,allgather] [--min 256K] [--max 64M] [--factor 4]
-        [--warmup 5] [--iters 20] [--labels base,new] [--busy]
+        [--warmup 5] [--iters 20] [--labels base,new] [--busy] [--in-place]
 
 --busy runs every launch beside one busy process per CPU (smddp-perf -H 1, #18). The worst
 columns show the slowest run of each build: a change to how ranks wait shows in the tail first.
+--in-place runs the allreduces in place (smddp-perf -i 1), as torch's all_reduce and DDP's buckets
+do: out of place, with an input nobody rewrites, the two can rank algorithms differently
+(docs/performance.md, "In place, as torch runs it").
 
 Prints a markdown table; exits non-zero only if a run fails or reports wrong results (never on
 a timing: CI never fails on speed).
@@ -27,7 +30,7 @@ FAST_C2C_NS = 100
 
 def run(perf, coll, np_, a):
     cmd = [perf, "-np", str(np_), "-c", coll, "-b", a.min, "-e", a.max, "-f", str(a.factor), "-w", str(a.warmup),
-           "-n", str(a.iters)] + (["-H", "1"] if a.busy else [])
+           "-n", str(a.iters)] + (["-H", "1"] if a.busy else []) + (["-i", "1"] if a.in_place and coll == "allreduce" else [])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
@@ -64,6 +67,8 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--labels", default="base,new")
     ap.add_argument("--busy", action="store_true", help="beside one busy process per CPU (smddp-perf -H 1)")
+    ap.add_argument("--in-place", action="store_true",
+                    help="allreduce in place, as torch and DDP run it (smddp-perf -i 1; both builds need it)")
     a = ap.parse_args()
     labels = a.labels.split(",")
     perfs = [a.base, a.new]
