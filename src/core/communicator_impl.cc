@@ -264,7 +264,9 @@ std::exception_ptr CommunicatorImpl::cause_of_transfer_failure(const OpInfo& op,
   for (;;) {
     try {
       watch_remote(op);
-    } catch (const Error&) {
+    } catch (const MismatchError&) {  // (an InvalidArgument: caught before the store's errors)
+      return std::current_exception();
+    } catch (const AbortedError&) {
       return std::current_exception();
     } catch (...) {  // the store itself failed: the transfer's error is all there is
       return failure;
@@ -488,17 +490,13 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Ma
       shm_->throw_if_aborted(op);
       return machine->poll(*shm_, op);
     } catch (const SystemError&) {
-      // Across nodes a broken connection is more often the peer leaving after its node aborted
-      // (a receive that found a disagreement, say) than the cause: as for collectives, the
-      // abort the peer left in the store names the cause.
+      // A broken connection to another node is more often the peer leaving after its node
+      // aborted (a receive that found a disagreement, say) than the cause: as for collectives,
+      // the abort the peer left in the store names the cause (and a disagreement stays one).
       std::exception_ptr cause = std::current_exception();
-      if (multi_node_) cause = cause_of_transfer_failure(op, cause);
-      try {
-        std::rethrow_exception(cause);
-      } catch (const std::exception& e) {
-        abort_everywhere(e.what());
-        throw;
-      }
+      if (multi_node_ && (op.peer < 0 || local_index(op.peer) < 0)) cause = cause_of_transfer_failure(op, cause);
+      fail(cause);
+      std::rethrow_exception(cause);
     } catch (const std::exception& e) {
       // Any failure mid-message (a tag/size mismatch included) leaves the byte stream between
       // the pair unreadable: the communicator cannot go on.
