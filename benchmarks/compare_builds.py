@@ -34,6 +34,8 @@ def run(perf, coll, np_, a):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    if a.in_place and coll == "allreduce" and ", in place" not in p.stdout.partition("\n")[0]:
+        sys.exit(f"{' '.join(cmd)}: its header does not say the allreduce ran in place")
     rows = {}
     for line in p.stdout.splitlines():
         f = line.split()

@@ -252,6 +252,7 @@ def worker(args):
                 dist.barrier()  # the others wait for the probe before the next row's warm-up
             except RuntimeError as e:  # the backend lacks the collective (mpi: reduce_scatter)
                 dt, wrong, cpu, it, err = float("nan"), 0, float("nan"), float("nan"), str(e).splitlines()[0][:80]
+                n = 0  # nothing was timed
                 c2c_before = c2c_after = float("nan")
                 dist.barrier()
             if rank == 0:
@@ -311,7 +312,7 @@ def step_time(op, args, rank, world):
     return []
 
 
-def memcpy_rows(szs, iters):
+def memcpy_rows(szs, iters, row_time=0, max_iters=20000):
     import torch
     rows = []
     torch.set_num_threads(1)
@@ -320,13 +321,18 @@ def memcpy_rows(szs, iters):
         n = iters_for(nbytes, iters)
         for _ in range(3):
             b.copy_(a)
+        if row_time > 0:  # as the collectives' rows (--row-time)
+            t0 = time.perf_counter()
+            b.copy_(a)
+            dt = time.perf_counter() - t0
+            n = int(max(3, min(max_iters, row_time / dt if dt > 0 else max_iters)))
         t0 = time.perf_counter()
         for _ in range(n):
             b.copy_(a)
         dt = (time.perf_counter() - t0) / n
         rows.append({"backend": "memcpy", "op": "limit", "world": 1, "bytes": a.numel() * 4, "time_us": dt * 1e6,
                      "algbw": a.numel() * 4 / dt / 1e9, "busbw": a.numel() * 4 / dt / 1e9, "wrong": 0, "error": "",
-                     "mode": "1", "cpu_us": dt * 1e6})
+                     "mode": "1", "cpu_us": dt * 1e6, "iters": n})
     return rows
 
 
@@ -381,7 +387,8 @@ def driver(args):
                 args.failed.append(f"{backend} (OMP_NUM_THREADS{MODE_TITLE[mode]}): {e}; its stderr is above")
         if args.memcpy:
             rows += [dict(r, round=rnd) for r in
-                     memcpy_rows(sizes(parse_size(args.min), parse_size(args.max), args.factor), args.iters)]
+                     memcpy_rows(sizes(parse_size(args.min), parse_size(args.max), args.factor), args.iters,
+                                 args.row_time, args.max_iters)]
     # A peer that failed in some round is not measured in its mode at all (its earlier rounds'
     # rows would be a median of fewer runs, under a header that says it was not measured).
     rows = [r for r in rows if (r["backend"], r.get("mode", "1")) not in failed]
