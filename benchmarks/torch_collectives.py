@@ -106,6 +106,11 @@ def iters_for(nbytes, base):
     return max(3, min(base, int(2e8 // max(nbytes, 1))))
 
 
+def iters_for_time(dt, row_time, max_iters):
+    """--row-time: iterations of `dt` seconds each that fill `row_time`, 3 to `max_iters`."""
+    return int(max(3, min(max_iters, row_time / dt if dt > 0 else max_iters)))
+
+
 # ------------------------------------------------------------------------------------------------
 def calibrated_iters(warm_dt, args, dev):
     """--row-time: as many timed iterations as fill that many seconds at the warm-up's pace (the
@@ -116,8 +121,7 @@ def calibrated_iters(warm_dt, args, dev):
     import torch.distributed as dist
     t = torch.tensor([warm_dt], dtype=torch.float64, device=dev)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    dt = t.item()
-    return int(max(3, min(args.max_iters, args.row_time / dt if dt > 0 else args.max_iters)))
+    return iters_for_time(t.item(), args.row_time, args.max_iters)
 
 
 def placed(t, offset):
@@ -324,8 +328,7 @@ def memcpy_rows(szs, iters, row_time=0, max_iters=20000):
         if row_time > 0:  # as the collectives' rows (--row-time)
             t0 = time.perf_counter()
             b.copy_(a)
-            dt = time.perf_counter() - t0
-            n = int(max(3, min(max_iters, row_time / dt if dt > 0 else max_iters)))
+            n = iters_for_time(time.perf_counter() - t0, row_time, max_iters)
         t0 = time.perf_counter()
         for _ in range(n):
             b.copy_(a)
