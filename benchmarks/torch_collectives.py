@@ -124,6 +124,26 @@ def calibrated_iters(warm_dt, args, dev):
     return iters_for_time(t.item(), args.row_time, args.max_iters)
 
 
+def settle(seconds, dev):
+    """--settle: small allreduces for `seconds` before the first point, in blocks of 20 whose end
+    every rank agrees on (the slowest rank's clock), so that all loop the same count. The first
+    tenths of a second after the ranks start run slow for every backend (at w=4 on 2 cores, 8-byte
+    allreduce blocks of 3000 read 1.3-2x their later time for smddp and Open MPI alike: the
+    launcher's and the other ranks' start-up still share the cores), which the sweep's first
+    point would otherwise carry alone."""
+    import torch
+    import torch.distributed as dist
+    x = torch.zeros(2, device=dev)
+    t0 = time.perf_counter()
+    while True:
+        for _ in range(20):
+            dist.all_reduce(x)
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        if t.item() >= seconds:
+            return
+
+
 def placed(t, offset):
     """t's values in a view `offset` elements into a new buffer (offset 0: a plain copy)."""
     import torch
@@ -153,6 +173,8 @@ def worker(args):
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     compute = torch.ones(parse_size(args.compute), device=dev) if parse_size(args.compute) else None
     results = []
+    if args.settle > 0:
+        settle(args.settle, dev)
     for op in args.ops.split(","):
         if op.endswith("_step"):
             results += step_time(op, args, rank, world)
@@ -351,7 +373,7 @@ def driver(args):
     me = os.path.abspath(__file__)
     common = ["--worker", "--device", args.device, "--ops", args.ops, "--smallest", args.min, "--largest", args.max,
               "--factor", str(args.factor), "--iters", str(args.iters), "--warmup", str(args.warmup),
-              "--row-time", str(args.row_time), "--max-iters", str(args.max_iters),
+              "--row-time", str(args.row_time), "--max-iters", str(args.max_iters), "--settle", str(args.settle),
               "--step-width", str(args.step_width), "--offset", str(args.offset), "--compute", str(args.compute),
               f"--c2c={args.c2c}"]  # one argument: a launcher may drop an empty one
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -604,6 +626,8 @@ def write_outputs(rows, args, per_round=None):
     if getattr(args, "row_time", 0) > 0:
         lines.append(f"Each point's timed loop ran as many iterations as fill {args.row_time:g} s at its warm-up's "
                      f"pace (the slowest rank's), 3 to {args.max_iters} (column `iters` of results.csv).\n")
+    if getattr(args, "settle", 0) > 0:
+        lines.append(f"Every run first did {args.settle:g} s of 8-byte allreduces, past its ranks' start-up.\n")
     if getattr(args, "offset", 0):
         lines.append(f"Every tensor is a view {args.offset} float32 elements ({4 * args.offset} bytes) into its "
                      "buffer, off torch's 64-byte alignment.\n")
@@ -669,6 +693,9 @@ def main():
                     help="seconds each point's timed loop should take: its iterations are set from the warm-up's "
                          "pace (slowest rank), 3 to --max-iters, instead of from --iters (default 0: --iters)")
     ap.add_argument("--max-iters", type=int, default=20000, help="the most iterations --row-time may set")
+    ap.add_argument("--settle", type=float, default=0.5,
+                    help="seconds of small allreduces every run does before its first point, past the ranks' "
+                         "start-up (default 0.5; 0: none)")
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--memcpy", action="store_true")
     ap.add_argument("--rounds", type=int, default=1,

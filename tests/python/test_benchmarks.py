@@ -62,13 +62,14 @@ def test_row_time_sets_each_points_iterations(smddp_built, tmp_path):
     are the same on every rank (a rank looping another count would hang the run or fail it). What
     can be checked without a timing are the bounds: a row time no loop fills gives --max-iters,
     one that any single iteration exceeds gives 3, for the memcpy ceiling's rows too; the CSV and
-    the report say so."""
+    the report say so. Every run first settles (--settle: small allreduces until the slowest rank's
+    clock says so, the same count on every rank, or the run would hang), and the report says so."""
     for row_time, want in (("1000", 7), ("1e-9", 3)):
         out = tmp_path / f"bench{want}"
         p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "torch_collectives.py"), "--np", "2",
                             "--backends", "smddp,gloo", "--ops", "allreduce,allgather", "--min", "8", "--max", "64K",
                             "--factor", "8192", "--iters", "200", "--row-time", row_time, "--max-iters", "7",
-                            "--rounds", "2", "--memcpy", "--out", str(out)],
+                            "--rounds", "2", "--memcpy", "--settle", "0.3", "--out", str(out)],
                            capture_output=True, text=True, timeout=600, env=child_env(), cwd=REPO)
         assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
         for name in ("results.csv", "results_rounds.csv"):
@@ -77,7 +78,8 @@ def test_row_time_sets_each_points_iterations(smddp_built, tmp_path):
             # (backends x ops + memcpy) x sizes, per round in results_rounds.csv
             assert len(rows) == (2 * 2 + 1) * 2 * (2 if name == "results_rounds.csv" else 1), rows
             assert all(r["wrong"] == "0" and r["iters"] == str(want) for r in rows), (row_time, rows)
-        assert "iterations as fill" in (out / "results.md").read_text()
+        md = (out / "results.md").read_text()
+        assert "iterations as fill" in md and "Every run first did 0.3 s of 8-byte allreduces" in md
 
 
 def test_torch_collectives_compute_smoke(smddp_built, tmp_path):
