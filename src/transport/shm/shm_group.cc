@@ -467,26 +467,6 @@ bool Group::move_off_cpu() {
   return true;
 }
 
-bool move_to_another_cpu(const std::vector<int>& avoid) {
-  // cpu_set_t holds 1024 CPUs; on a kernel with more, the calls fail and the waiter sleeps instead.
-  const int here = ::sched_getcpu();
-  cpu_set_t allowed;
-  if (here < 0 || ::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
-  if (here >= CPU_SETSIZE || !CPU_ISSET(here, &allowed) || CPU_COUNT(&allowed) < 2) return false;
-  cpu_set_t others = allowed;
-  CPU_CLR(here, &others);
-  cpu_set_t free_of_ranks = others;
-  for (int c : avoid)
-    if (c >= 0 && c < CPU_SETSIZE) CPU_CLR(c, &free_of_ranks);
-  if (CPU_COUNT(&free_of_ranks) > 0) others = free_of_ranks;
-  if (::sched_setaffinity(0, sizeof others, &others) != 0) return false;
-  // Restored at once. Should that fail the thread would stay narrowed: try again, then say so.
-  if (::sched_setaffinity(0, sizeof allowed, &allowed) != 0 && ::sched_setaffinity(0, sizeof allowed, &allowed) != 0)
-    throw SystemError(std::string("smddp: could not restore this thread's CPU affinity after moving it off a CPU "
-                                  "its peer rank shares: ") + std::strerror(errno));
-  return true;
-}
-
 template <class Ready, class Missing>
 void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for) {
   // A rank we wait for that last arrived from this rank's CPU most likely waits in this CPU's run

@@ -33,15 +33,10 @@
 
 #include "engine/op_info.h"
 #include "smddp/store.h"
+#include "transport/shm/cpu_move.h"
 #include "transport/shm/shm_segment.h"
 
 namespace smddp::shm {
-
-// Moves the calling thread to another CPU of its affinity at once, one not in `avoid` where there
-// is such a CPU, and leaves the affinity as it was (narrowed to the others, then restored: the
-// thread stays where it went). False where the affinity holds only the current CPU or cannot be
-// read or set.
-bool move_to_another_cpu(const std::vector<int>& avoid = {});
 
 struct GroupConfig {
   size_t slot_bytes = 256 << 10;
