@@ -3,6 +3,8 @@
 // keeps following its cpuset; any narrower or different mask comes back exactly.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "transport/shm/cpu_move.h"
 
 namespace smddp::shm {
@@ -36,6 +38,19 @@ TEST(CpuMove, OnlineCpusAreReadFromTheKernel) {
   const std::vector<int>& online = online_cpus();
   ASSERT_FALSE(online.empty()) << "/sys/devices/system/cpu/online was unreadable";
   for (int c : online) EXPECT_GE(c, 0);
+}
+
+// Every rank publishes its CPU each round where reading it costs a few ns: where glibc registered
+// its rseq area (2.35 and later, unless GLIBC_TUNABLES turns it off), as bookworm's 2.36,
+// trixie's and forky's do, and on x86 in any case.
+TEST(CpuMove, GlibcsRseqAreaIsFound) {
+#if __GLIBC_PREREQ(2, 35)
+  if (std::getenv("GLIBC_TUNABLES") != nullptr) GTEST_SKIP() << "GLIBC_TUNABLES may turn rseq off";
+  EXPECT_TRUE(glibc_registered_rseq());
+  EXPECT_TRUE(cpu_number_is_cheap());
+#else
+  EXPECT_FALSE(glibc_registered_rseq());
+#endif
 }
 
 }  // namespace

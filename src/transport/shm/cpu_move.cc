@@ -8,7 +8,22 @@
 #include "smddp/errors.h"
 #include "topology/topology.h"
 
+// glibc 2.35 and later: the size of the rseq area it registered for each thread (0: none). Weak,
+// so that an older glibc, which lacks it, leaves its address null.
+extern "C" __attribute__((weak)) const unsigned int __rseq_size;
+
 namespace smddp::shm {
+
+bool cpu_number_is_cheap() {
+#if defined(__x86_64__) || defined(__i386__)
+  constexpr bool vdso = true;  // the vDSO's getcpu (RDPID or RDTSCP)
+#else
+  constexpr bool vdso = false;  // aarch64's vDSO has none
+#endif
+  return vdso || glibc_registered_rseq();
+}
+
+bool glibc_registered_rseq() { return &__rseq_size != nullptr && __rseq_size > 0; }
 
 const std::vector<int>& online_cpus() {
   static const std::vector<int> cpus = [] {

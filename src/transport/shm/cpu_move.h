@@ -22,6 +22,12 @@ bool move_to_another_cpu(const std::vector<int>& avoid = {});
 // the cpuset as if the thread had never been touched; any other mask is restored as it was.
 cpu_set_t affinity_to_restore(const cpu_set_t& allowed, const std::vector<int>& online);
 
+// Whether sched_getcpu() is cheap enough to call every round: a few ns through x86's vDSO or
+// where glibc (2.35 and later) reads it from its rseq area; elsewhere (aarch64 with an older glibc,
+// or rseq turned off by GLIBC_TUNABLES) a system call, a sizeable part of a small collective.
+bool cpu_number_is_cheap();
+bool glibc_registered_rseq();  // this thread's rseq area, glibc's (2.35 and later)
+
 // The CPUs online (/sys/devices/system/cpu/online), read once; empty where unreadable.
 const std::vector<int>& online_cpus();
 

@@ -276,6 +276,14 @@ void Group::publish_deadline(Clock::time_point deadline) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count(),
       std::memory_order_relaxed);
   // The thread that runs this collective, which may not be the one that ran the last round.
+  publish_cpu();
+}
+
+// Off the step's line and read only by waiters that spun a while (shares_cpu_with, move_off_cpu).
+// Where reading the CPU is a system call, only every 16th time: a stale CPU only makes a waiter
+// miss a peer stacked on its own, until the next one.
+void Group::publish_cpu() {
+  if (!cpu_number_is_cheap_ && (++cpu_publications_ & 15) != 1) return;
   ctl(rank_)->cpu_plus1.store(::sched_getcpu() + 1, std::memory_order_relaxed);
 }
 
@@ -287,9 +295,7 @@ Clock::time_point Group::latest_deadline(const std::vector<int>& ranks) const {
 
 void Group::arrive() {
   step_ = (step_ + 1) & kCountMask;
-  // Off the step's line and read only by waiters that spun a while: a few ns where glibc reads it
-  // from the rseq area (x86-64's vDSO otherwise).
-  ctl(rank_)->cpu_plus1.store(::sched_getcpu() + 1, std::memory_order_relaxed);
+  publish_cpu();
   ctl(rank_)->step.store(step_ | (fp_hash_ << kHashShift), std::memory_order_release);
   ring(/*always=*/false);
 }

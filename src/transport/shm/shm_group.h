@@ -141,6 +141,7 @@ class Group {
   // Moves the calling thread to another CPU of its affinity (false: it cannot, or did so within
   // the last millisecond), leaving its affinity as it was.
   bool move_off_cpu();
+  void publish_cpu();  // where this rank runs, for its waiters
   std::vector<int> behind(uint64_t target) const;
   Clock::time_point latest_deadline(const std::vector<int>& ranks) const;
   // `target`: the round count of the wait that compares (the first after announce()).
@@ -177,6 +178,8 @@ class Group {
   Clock::time_point next_liveness_check_{};
   Clock::time_point no_yield_until_{};  // a yield lost the core to another process: sleep till then
   Clock::time_point next_move_{};      // move_off_cpu: not again before then
+  const bool cpu_number_is_cheap_ = cpu_number_is_cheap();
+  uint32_t cpu_publications_ = 0;
 };
 
 }  // namespace smddp::shm
