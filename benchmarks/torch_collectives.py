@@ -693,9 +693,9 @@ def main():
                     help="seconds each point's timed loop should take: its iterations are set from the warm-up's "
                          "pace (slowest rank), 3 to --max-iters, instead of from --iters (default 0: --iters)")
     ap.add_argument("--max-iters", type=int, default=20000, help="the most iterations --row-time may set")
-    ap.add_argument("--settle", type=float, default=0.5,
+    ap.add_argument("--settle", type=float, default=None,
                     help="seconds of small allreduces every run does before its first point, past the ranks' "
-                         "start-up (default 0.5; 0: none)")
+                         "start-up (default 0.5; 0: none; with --from-csv, what the runs did, for the report)")
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--memcpy", action="store_true")
     ap.add_argument("--rounds", type=int, default=1,
@@ -735,6 +735,8 @@ def main():
         built = sorted(glob.glob(os.path.join(build, "*", "benchmarks", "core-to-core")),
                        key=lambda p: "/host/" not in p)
         args.c2c = os.environ.get("SMDDP_CORE_TO_CORE", built[0] if built else "")
+    if args.settle is None:  # --from-csv cannot know what the runs did: the report then says nothing
+        args.settle = 0.0 if args.from_csv else 0.5
     if args.from_csv:
         rounds_csv = os.path.join(args.out, "results_rounds.csv")
         write_outputs(read_rows(os.path.join(args.out, "results.csv")), args,

@@ -1,53 +1,88 @@
-// shm::affinity_to_restore (cpu_move.h): what a thread moved off a shared CPU gets back. A mask of
-// every CPU online (a thread that never asked for CPUs) comes back as "any CPU", so the thread
-// keeps following its cpuset; any narrower or different mask comes back exactly.
+// shm::restore_affinity and shm::move_to_another_cpu (cpu_move.h): a thread moved off a CPU its
+// peer shares gets its affinity back, whether it had every CPU of its cpuset (then given "any
+// CPU", so that it keeps following the cpuset) or had asked for fewer (given those back); and how
+// cheaply the rank can read its CPU number. Each case runs in a thread of its own, so that the
+// test process's affinity stays as it was.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 35)
+#include <sys/rseq.h>
+#endif
+
+#include <string>
+#include <thread>
 
 #include "transport/shm/cpu_move.h"
 
 namespace smddp::shm {
 namespace {
 
-cpu_set_t set_of(std::initializer_list<int> cpus) {
+cpu_set_t own_affinity() {
   cpu_set_t s;
   CPU_ZERO(&s);
-  for (int c : cpus) CPU_SET(c, &s);
+  EXPECT_EQ(sched_getaffinity(0, sizeof s, &s), 0);
   return s;
 }
 
-TEST(CpuMove, EveryOnlineCpuIsRestoredAsAnyCpu) {
-  const cpu_set_t all = set_of({0, 1, 2, 3});
-  const cpu_set_t r = affinity_to_restore(all, {0, 1, 2, 3});
-  EXPECT_EQ(CPU_COUNT(&r), CPU_SETSIZE);
+// Runs `body` in a new thread and returns what it reported ("" for nothing wrong).
+template <class Body>
+std::string in_thread(Body body) {
+  std::string wrong;
+  std::thread([&] { wrong = body(); }).join();
+  return wrong;
 }
 
-TEST(CpuMove, ANarrowerOrOtherMaskIsRestoredExactly) {
-  for (const cpu_set_t& mine : {set_of({0, 2}), set_of({0, 1, 2, 3, 5}), set_of({1, 2, 3, 4})}) {
-    const cpu_set_t r = affinity_to_restore(mine, {0, 1, 2, 3});
-    EXPECT_TRUE(CPU_EQUAL(&r, &mine)) << CPU_COUNT(&mine);
+TEST(CpuMove, AThreadWithItsWholeAffinityGetsItBack) {
+  const cpu_set_t before = own_affinity();
+  EXPECT_EQ(in_thread([&]() -> std::string {
+              restore_affinity(before);
+              const cpu_set_t after = own_affinity();
+              return CPU_EQUAL(&after, &before) ? "" : "the affinity changed";
+            }),
+            "");
+}
+
+TEST(CpuMove, AThreadThatAskedForFewerCpusGetsThoseBack) {
+  const cpu_set_t all = own_affinity();
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "needs 2 CPUs in this process's affinity";
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  EXPECT_EQ(in_thread([&]() -> std::string {
+              cpu_set_t one;
+              CPU_ZERO(&one);
+              CPU_SET(first, &one);
+              if (sched_setaffinity(0, sizeof one, &one) != 0) return "could not narrow the thread";
+              restore_affinity(one);  // "any CPU" would widen it: the mask it had instead
+              const cpu_set_t after = own_affinity();
+              return CPU_EQUAL(&after, &one) ? "" : "restored " + std::to_string(CPU_COUNT(&after)) + " CPUs, not 1";
+            }),
+            "");
+}
+
+TEST(CpuMove, MovingANarrowedThreadKeepsItsMask) {
+  const cpu_set_t all = own_affinity();
+  if (CPU_COUNT(&all) < 3) GTEST_SKIP() << "needs 3 CPUs in this process's affinity (a mask of 2 within them)";
+  EXPECT_EQ(in_thread([&]() -> std::string {
+              cpu_set_t two;
+              CPU_ZERO(&two);
+              for (int c = 0, n = 0; c < CPU_SETSIZE && n < 2; ++c)
+                if (CPU_ISSET(c, &all)) CPU_SET(c, &two), ++n;
+              if (sched_setaffinity(0, sizeof two, &two) != 0) return "could not narrow the thread";
+              if (!move_to_another_cpu()) return "the move failed";
+              const cpu_set_t after = own_affinity();
+              return CPU_EQUAL(&after, &two) ? "" : "the mask of 2 CPUs became " + std::to_string(CPU_COUNT(&after));
+            }),
+            "");
+}
+
+// Where glibc registered its rseq area the rank publishes its CPU every round; the weak lookup of
+// __rseq_size must agree with glibc's own declaration of it.
+TEST(CpuMove, GlibcsRseqAreaIsFoundAsGlibcSaysIt) {
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 35)
+  EXPECT_EQ(glibc_registered_rseq(), __rseq_size > 0);
+  if (glibc_registered_rseq()) {
+    EXPECT_TRUE(cpu_number_is_cheap());
   }
-  // Online CPUs unknown: nothing to compare with, so the mask as it was.
-  const cpu_set_t some = set_of({0, 1});
-  const cpu_set_t r = affinity_to_restore(some, {});
-  EXPECT_TRUE(CPU_EQUAL(&r, &some));
-}
-
-TEST(CpuMove, OnlineCpusAreReadFromTheKernel) {
-  const std::vector<int>& online = online_cpus();
-  ASSERT_FALSE(online.empty()) << "/sys/devices/system/cpu/online was unreadable";
-  for (int c : online) EXPECT_GE(c, 0);
-}
-
-// Every rank publishes its CPU each round where reading it costs a few ns: where glibc registered
-// its rseq area (2.35 and later, unless GLIBC_TUNABLES turns it off), as bookworm's 2.36,
-// trixie's and forky's do, and on x86 in any case.
-TEST(CpuMove, GlibcsRseqAreaIsFound) {
-#if __GLIBC_PREREQ(2, 35)
-  if (std::getenv("GLIBC_TUNABLES") != nullptr) GTEST_SKIP() << "GLIBC_TUNABLES may turn rseq off";
-  EXPECT_TRUE(glibc_registered_rseq());
-  EXPECT_TRUE(cpu_number_is_cheap());
 #else
   EXPECT_FALSE(glibc_registered_rseq());
 #endif

@@ -2,21 +2,20 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 #include "smddp/errors.h"
-#include "topology/topology.h"
 
-// glibc 2.35 and later: the size of the rseq area it registered for each thread (0: none). Weak,
-// so that an older glibc, which lacks it, leaves its address null.
+// glibc 2.35 and later: the size of the rseq area it registers for every thread (0: none, as
+// under GLIBC_TUNABLES=glibc.pthread.rseq=0 or a seccomp profile that refuses rseq). Weak, so
+// that an older glibc, which lacks it, leaves its address null.
 extern "C" __attribute__((weak)) const unsigned int __rseq_size;
 
 namespace smddp::shm {
 
 bool cpu_number_is_cheap() {
 #if defined(__x86_64__) || defined(__i386__)
-  constexpr bool vdso = true;  // the vDSO's getcpu (RDPID or RDTSCP)
+  constexpr bool vdso = true;  // the vDSO's getcpu (RDPID or LSL)
 #else
   constexpr bool vdso = false;  // aarch64's vDSO has none
 #endif
@@ -25,23 +24,32 @@ bool cpu_number_is_cheap() {
 
 bool glibc_registered_rseq() { return &__rseq_size != nullptr && __rseq_size > 0; }
 
-const std::vector<int>& online_cpus() {
-  static const std::vector<int> cpus = [] {
-    std::ifstream in("/sys/devices/system/cpu/online");
-    std::string text;
-    std::getline(in, text);
-    return topology::parse_cpu_ranges(text);
-  }();
-  return cpus;
+namespace {
+
+// Sets `mask`; where that fails, tries once more, then says so (the thread would stay narrowed).
+void set_or_throw(const cpu_set_t& mask) {
+  if (::sched_setaffinity(0, sizeof mask, &mask) == 0 || ::sched_setaffinity(0, sizeof mask, &mask) == 0) return;
+  throw SystemError(std::string("smddp: could not restore this thread's CPU affinity after moving it off a CPU "
+                                "its peer rank shares: ") + std::strerror(errno));
 }
 
-cpu_set_t affinity_to_restore(const cpu_set_t& allowed, const std::vector<int>& online) {
-  bool every_online = !online.empty();
-  for (int c : online) every_online &= c < CPU_SETSIZE && CPU_ISSET(c, &allowed);
-  if (!every_online || CPU_COUNT(&allowed) != static_cast<int>(online.size())) return allowed;
+}  // namespace
+
+void restore_affinity(const cpu_set_t& allowed) {
+  // Since Linux 6.2 the mask of any sched_setaffinity call is kept as the thread's own request,
+  // which later changes of its cpuset are intersected with. Given back the list it had, a thread
+  // that never asked for CPUs (its mask is its cpuset) would stop following its cpuset: a
+  // container or job widened later would leave it on the old CPUs. So "any CPU" first, which the
+  // kernel limits to the cpuset; if that is not the mask the thread had (it had asked for fewer
+  // CPUs), the mask it had. A thread that had asked for exactly its cpuset's CPUs follows the
+  // cpuset from then on: the two cannot be told apart.
   cpu_set_t any;
   std::memset(&any, 0xff, sizeof any);
-  return any;
+  cpu_set_t got;
+  if (::sched_setaffinity(0, sizeof any, &any) == 0 && ::sched_getaffinity(0, sizeof got, &got) == 0 &&
+      CPU_EQUAL(&got, &allowed))
+    return;
+  set_or_throw(allowed);
 }
 
 bool move_to_another_cpu(const std::vector<int>& avoid) {
@@ -57,16 +65,16 @@ bool move_to_another_cpu(const std::vector<int>& avoid) {
     if (c >= 0 && c < CPU_SETSIZE) CPU_CLR(c, &free_of_ranks);
   if (CPU_COUNT(&free_of_ranks) > 0) others = free_of_ranks;
   if (::sched_setaffinity(0, sizeof others, &others) != 0) return false;
-  // Another thread (a job manager's `taskset -p`, the user's pinning code) may have set this
-  // thread's affinity since it was read: then that mask is the one to keep, not the old one. Read
-  // back, this closes all of the window but the microsecond between the two calls.
-  cpu_set_t now;
-  if (::sched_getaffinity(0, sizeof now, &now) == 0 && !CPU_EQUAL(&now, &others)) return true;
-  // Restored at once. Should that fail the thread would stay narrowed: try again, then say so.
-  const cpu_set_t restore = affinity_to_restore(allowed, online_cpus());
-  if (::sched_setaffinity(0, sizeof restore, &restore) != 0 && ::sched_setaffinity(0, sizeof allowed, &allowed) != 0)
-    throw SystemError(std::string("smddp: could not restore this thread's CPU affinity after moving it off a CPU "
-                                  "its peer rank shares: ") + std::strerror(errno));
+  // Another thread (a job manager's `taskset -p`, the user's own pinning) may have set this
+  // thread's affinity since it was read. A mask read back now with a CPU outside the one just set
+  // is such a mask, and the one to keep rather than the stale `allowed`. (One within it may be a
+  // cpuset that shrank meanwhile: restored as usual. A mask set before the narrowing is lost.)
+  cpu_set_t now, either;
+  if (::sched_getaffinity(0, sizeof now, &now) == 0) {
+    CPU_OR(&either, &now, &others);
+    if (!CPU_EQUAL(&either, &others)) return ::sched_getcpu() != here;
+  }
+  restore_affinity(allowed);
   return true;
 }
 
