@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <system_error>
 
 #include "smddp/errors.h"
 
@@ -24,17 +25,6 @@ bool cpu_number_is_cheap() {
 
 bool glibc_registered_rseq() { return &__rseq_size != nullptr && __rseq_size > 0; }
 
-namespace {
-
-// Sets `mask`; where that fails, tries once more, then says so (the thread would stay narrowed).
-void set_or_throw(const cpu_set_t& mask) {
-  if (::sched_setaffinity(0, sizeof mask, &mask) == 0 || ::sched_setaffinity(0, sizeof mask, &mask) == 0) return;
-  throw SystemError(std::string("smddp: could not restore this thread's CPU affinity after moving it off a CPU "
-                                "its peer rank shares: ") + std::strerror(errno));
-}
-
-}  // namespace
-
 void restore_affinity(const cpu_set_t& allowed) {
   // Since Linux 6.2 the mask of any sched_setaffinity call is kept as the thread's own request,
   // which later changes of its cpuset are intersected with. Given back the list it had, a thread
@@ -43,13 +33,23 @@ void restore_affinity(const cpu_set_t& allowed) {
   // kernel limits to the cpuset; if that is not the mask the thread had (it had asked for fewer
   // CPUs), the mask it had. A thread that had asked for exactly its cpuset's CPUs follows the
   // cpuset from then on: the two cannot be told apart.
+  // What "any CPU" gives within `allowed` is the thread's cpuset (shrunk meanwhile, where it is
+  // less): keep it. Setting the list read before would pin the stale list.
   cpu_set_t any;
   std::memset(&any, 0xff, sizeof any);
-  cpu_set_t got;
-  if (::sched_setaffinity(0, sizeof any, &any) == 0 && ::sched_getaffinity(0, sizeof got, &got) == 0 &&
-      CPU_EQUAL(&got, &allowed))
+  const bool widened = ::sched_setaffinity(0, sizeof any, &any) == 0;
+  cpu_set_t got, within;
+  if (widened && ::sched_getaffinity(0, sizeof got, &got) == 0) {
+    CPU_AND(&within, &got, &allowed);
+    if (CPU_EQUAL(&within, &got)) return;
+  }
+  if (::sched_setaffinity(0, sizeof allowed, &allowed) == 0 || ::sched_setaffinity(0, sizeof allowed, &allowed) == 0)
     return;
-  set_or_throw(allowed);
+  const int err = errno;
+  // Widened to the cpuset, the thread may run wherever it could before, and more: not stuck.
+  if (widened) return;
+  throw SystemError("smddp: could not restore this thread's CPU affinity after moving it off a CPU its peer rank "
+                    "shares: " + std::system_category().message(err));
 }
 
 bool move_to_another_cpu(const std::vector<int>& avoid) {
