@@ -30,11 +30,10 @@ void restore_affinity(const cpu_set_t& allowed) {
   // which later changes of its cpuset are intersected with. Given back the list it had, a thread
   // that never asked for CPUs (its mask is its cpuset) would stop following its cpuset: a
   // container or job widened later would leave it on the old CPUs. So "any CPU" first, which the
-  // kernel limits to the cpuset; if that is not the mask the thread had (it had asked for fewer
-  // CPUs), the mask it had. A thread that had asked for exactly its cpuset's CPUs follows the
-  // cpuset from then on: the two cannot be told apart.
-  // What "any CPU" gives within `allowed` is the thread's cpuset (shrunk meanwhile, where it is
-  // less): keep it. Setting the list read before would pin the stale list.
+  // kernel limits to the cpuset. A result within `allowed` is the cpuset (shrunk meanwhile, where
+  // it is less): kept. One reaching outside it means the thread had asked for fewer CPUs: those
+  // are set again. A thread that had asked for exactly its cpuset's CPUs follows the cpuset from
+  // then on: the two cannot be told apart.
   cpu_set_t any;
   std::memset(&any, 0xff, sizeof any);
   const bool widened = ::sched_setaffinity(0, sizeof any, &any) == 0;
