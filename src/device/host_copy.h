@@ -6,9 +6,11 @@
 // page size (it takes that for a possible overlap): 2.0-2.5 GB/s against 40-49 GB/s at every
 // other distance, for 64 KiB in cache (docs/performance.md, "Copies"). We meet it whenever a
 // page-aligned staging slot is copied into a buffer that starts 16 bytes into a page (a C++
-// caller's malloc) or into a segment at such an offset. So a copy from 512 bytes to 4 MiB whose
-// destination is 1-63 bytes past its source, modulo 4096, goes through a vector loop; every
-// other copy stays with memcpy, which is at its best there on every CPU.
+// caller's malloc) or into a segment at such an offset. So where memcpy is measured slow at such
+// a distance (once, at the first communicator), a copy from 512 bytes to 4 MiB whose destination
+// is 1-63 bytes past its source, modulo 4096, goes through a vector loop; every other copy stays
+// with memcpy, which is at its best there on every CPU. Where glibc avoids the hazard itself (on
+// Intel since 2.34), its memcpy beats our loop at those distances too, so it does every copy.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +22,8 @@ namespace smddp::device {
 void host_copy(void* dst, const void* src, size_t bytes);
 
 // What host_copy uses for the copies its loop takes: "avx2", "sse2" or "libc" (SMDDP_HOST_COPY,
-// whose default auto picks the best loop the CPU has; libc off x86-64). For logs and benchmarks.
+// whose default auto picks the best loop the CPU has where memcpy is slow at short distances,
+// else libc; libc off x86-64). The first call measures that. For logs and benchmarks.
 const char* host_copy_kind();
 
 // Whether host_copy runs these bytes through its loop (where the CPU has one) or memcpy.
