@@ -75,15 +75,16 @@ double fastest_copy(std::byte* to, const std::byte* from, size_t n, int tries) {
 // Whether this CPU's memcpy is slow when the destination lies a few bytes past the source within
 // a page (the rep movsb hazard above), measured: a 64 KiB copy 16 bytes ahead against one 64
 // bytes ahead, in cache, fastest of 15 each, interleaved. Where the hazard is, the first takes
-// about 20 times as long (AMD EPYC with glibc 2.36); where glibc avoids it, as it does on Intel
-// since 2.34, within 1.4 times, and its own loop there beats ours (docs/performance.md, "Copies"),
-// so only a clear 3 times picks the loop. Costs about 0.1-0.3 ms, once per process.
+// about 20 times as long (AMD EPYC with glibc 2.36). Intel's rep movsb has no such penalty (within
+// 1.4 times), and there memcpy beats our loop at these distances too (docs/performance.md,
+// "Copies"), so only a clear 3 times picks the loop. Costs up to about 0.5 ms, once per process.
 bool memcpy_slow_at_short_distance() {
   constexpr size_t kBytes = size_t{64} << 10, kSpan = kBytes + 4096;
-  std::unique_ptr<std::byte, decltype(&std::free)> src(static_cast<std::byte*>(std::aligned_alloc(4096, kSpan)),
-                                                       &std::free);
-  std::unique_ptr<std::byte, decltype(&std::free)> dst(static_cast<std::byte*>(std::aligned_alloc(4096, kSpan)),
-                                                       &std::free);
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> src(static_cast<std::byte*>(std::aligned_alloc(4096, kSpan)));
+  std::unique_ptr<std::byte, Free> dst(static_cast<std::byte*>(std::aligned_alloc(4096, kSpan)));
   if (!src || !dst) return true;  // cannot measure: keep the loop, safe on every CPU
   std::memset(src.get(), 1, kSpan);
   std::memset(dst.get(), 2, kSpan);

@@ -9,8 +9,8 @@
 // caller's malloc) or into a segment at such an offset. So where memcpy is measured slow at such
 // a distance (once, at the first communicator), a copy from 512 bytes to 4 MiB whose destination
 // is 1-63 bytes past its source, modulo 4096, goes through a vector loop; every other copy stays
-// with memcpy, which is at its best there on every CPU. Where glibc avoids the hazard itself (on
-// Intel since 2.34), its memcpy beats our loop at those distances too, so it does every copy.
+// with memcpy, which is at its best there on every CPU. Where rep movsb has no such penalty
+// (Intel), memcpy beats our loop at those distances too, so it does every copy.
 #pragma once
 
 #include <cstddef>
