@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <string>
 
 #include "core/config.h"
@@ -79,20 +78,20 @@ double fastest_copy(std::byte* to, const std::byte* from, size_t n, int tries) {
 // 1.4 times), and there memcpy beats our loop at these distances too (docs/performance.md,
 // "Copies"), so only a clear 3 times picks the loop. Costs up to about 0.5 ms, once per process.
 bool memcpy_slow_at_short_distance() {
+  // One page-aligned allocation: the source at its start, the destination a page-multiple later
+  // plus the distance under test.
   constexpr size_t kBytes = size_t{64} << 10, kSpan = kBytes + 4096;
-  struct Free {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::byte, Free> src(static_cast<std::byte*>(std::aligned_alloc(4096, kSpan)));
-  std::unique_ptr<std::byte, Free> dst(static_cast<std::byte*>(std::aligned_alloc(4096, kSpan)));
-  if (!src || !dst) return true;  // cannot measure: keep the loop, safe on every CPU
-  std::memset(src.get(), 1, kSpan);
-  std::memset(dst.get(), 2, kSpan);
+  std::byte* const buf = static_cast<std::byte*>(std::aligned_alloc(4096, 2 * kSpan));
+  if (!buf) return true;  // cannot measure: keep the loop, safe on every CPU
+  std::memset(buf, 1, 2 * kSpan);
+  std::byte* const src = buf;
+  std::byte* const dst = buf + kSpan;
   double near = 1e9, far = 1e9;
   for (int round = 0; round < 3; ++round) {
-    near = std::min(near, fastest_copy(dst.get() + 16, src.get(), kBytes, 5));
-    far = std::min(far, fastest_copy(dst.get() + 64, src.get(), kBytes, 5));
+    near = std::min(near, fastest_copy(dst + 16, src, kBytes, 5));
+    far = std::min(far, fastest_copy(dst + 64, src, kBytes, 5));
   }
+  std::free(buf);
   return near > 3 * far;
 }
 #endif

@@ -42,8 +42,8 @@ void restore_affinity(const cpu_set_t& allowed) {
     CPU_AND(&within, &got, &allowed);
     if (CPU_EQUAL(&within, &got)) return;
   }
-  if (::sched_setaffinity(0, sizeof allowed, &allowed) == 0 || ::sched_setaffinity(0, sizeof allowed, &allowed) == 0)
-    return;
+  for (int attempt = 0; attempt < 2; ++attempt)  // once more before giving up: a narrowed thread would stay so
+    if (::sched_setaffinity(0, sizeof allowed, &allowed) == 0) return;
   const int err = errno;
   // Widened to the cpuset, the thread may run wherever it could before, and more: not stuck.
   if (widened) return;
