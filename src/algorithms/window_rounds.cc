@@ -1,5 +1,6 @@
 #include "algorithms/window_rounds.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/logging.h"
@@ -9,26 +10,46 @@ namespace smddp::algorithms {
 
 namespace {
 
-// The communicator's first single-copy collective, after the round that published the
-// descriptors (parity `p`): each rank tries every peer's first descriptor, and one more round
-// makes the verdict every rank's. Asked once: the answer is kept in the windows.
-bool agree_reachable(Context& ctx, int p) {
+// The placements (PeerWindows::placement) of every rank's `n` buffers published in round `p`,
+// joined: the same string on every rank. "" where every placement is "" (host memory).
+std::string placement_key(Context& ctx, int p, size_t n) {
+  constexpr size_t kDesc = device::PeerWindows::kDescriptorBytes;
+  std::string key;
+  bool any = false;
+  for (int j = 0; j < ctx.size(); ++j)
+    for (size_t k = 0; k < n; ++k) {
+      const std::string where = ctx.windows->placement(ctx.shm.slot(j, p) + k * kDesc);
+      any = any || !where.empty();
+      key += where;
+      key += '\n';
+    }
+  return any ? key : std::string();
+}
+
+// The first single-copy collective of a placement key, after this rank opened (or failed to
+// open) its peers' buffers published in round `p`: each rank tries every peer's descriptors, and
+// one more round makes the verdict every rank's. Asked once per key: the answer is kept in the
+// windows.
+bool agree_reachable(Context& ctx, int p, size_t n, bool opened, std::string why, const std::string& key) {
+  constexpr size_t kDesc = device::PeerWindows::kDescriptorBytes;
   const int w = ctx.size(), me = ctx.rank();
-  std::string why;
-  bool mine = true;
+  bool mine = opened;
   for (int j = 0; j < w && mine; ++j)
-    if (j != me) mine = ctx.windows->reachable(j, ctx.shm.slot(j, p), &why);
+    for (size_t k = 0; k < n && mine && j != me; ++k)
+      mine = ctx.windows->reachable(j, ctx.shm.slot(j, p) + k * kDesc, &why);
   const int q = ctx.shm.begin_round();
   ctx.shm.words(me, q)[0] = mine ? 1 : 0;
   ctx.arrive();
   ctx.shm.wait_all(ctx.op);
   bool all = true;
   for (int j = 0; j < w; ++j) all = all && ctx.shm.words(j, q)[0] == 1;
-  ctx.windows->reachable_everywhere = all;
-  if (!mine) {
+  auto& verdicts = ctx.windows->reachable_by_placement;
+  const bool refused_before = std::any_of(verdicts.begin(), verdicts.end(), [](const auto& v) { return !v.second; });
+  verdicts[key] = all;
+  if (!mine && !refused_before) {  // once per windows, not once per placement
     SMDDP_LOG(WARN, ctx.op.rank) << "the single-copy algorithms (" << ctx.windows->name() << ") cannot read "
                                  << "other ranks' memory (" << why << "): this communicator stages through shared "
-                                 << "memory instead";
+                                 << "memory instead" << (key.empty() ? "" : " for buffers placed as these are");
   }
   return all;
 }
@@ -43,8 +64,10 @@ bool open_windows(Context& ctx, const std::vector<std::pair<const void*, size_t>
   const int w = ctx.size(), me = ctx.rank();
   const size_t n = mine.size();
   if (n * kDesc > ctx.shm.slot_bytes()) throw InvalidArgument("smddp: too many windows for one staging slot");
-  // Once the ranks found a peer they cannot reach, every later call stages at once, on every rank.
-  if (ctx.windows->reachable_everywhere.has_value() && !*ctx.windows->reachable_everywhere) return false;
+  auto& verdicts = ctx.windows->reachable_by_placement;
+  // Host memory: once the ranks found a peer they cannot reach, every later call stages at once,
+  // on every rank, without a round.
+  if (auto it = verdicts.find(""); it != verdicts.end() && !it->second) return false;
   const int p = ctx.shm.begin_round();
   bool exposed = true;
   for (size_t k = 0; k < n; ++k)
@@ -54,15 +77,34 @@ bool open_windows(Context& ctx, const std::vector<std::pair<const void*, size_t>
   ctx.shm.wait_all(ctx.op);
   for (int j = 0; j < w; ++j)
     if (ctx.shm.words(j, p)[0] != 1) return false;
+  std::string key;
+  bool probe = false;
+  if (ctx.windows->needs_probe()) {
+    key = placement_key(ctx, p, n);
+    const auto it = verdicts.find(key);
+    if (it != verdicts.end() && !it->second) return false;  // every rank found the same verdict
+    probe = it == verdicts.end();
+  }
   peers.assign(static_cast<size_t>(w), std::vector<device::PeerBuffer>(n));
-  for (int j = 0; j < w; ++j) {
+  // Opening may fail where the probe has yet to run (CUDA IPC between GPUs without peer access):
+  // then this rank says so in the probe's round instead of leaving its peers waiting.
+  bool opened = true;
+  std::string why;
+  for (int j = 0; j < w && opened; ++j) {
     if (j == me) continue;
-    for (size_t k = 0; k < n; ++k)
-      peers[static_cast<size_t>(j)][k] = ctx.windows->open(j, ctx.shm.slot(j, p) + k * kDesc);
+    for (size_t k = 0; k < n && opened; ++k) {
+      try {
+        peers[static_cast<size_t>(j)][k] = ctx.windows->open(j, ctx.shm.slot(j, p) + k * kDesc);
+      } catch (const SystemError& e) {
+        if (!probe) throw;
+        opened = false;
+        why = e.what();
+      }
+    }
   }
   // After the opens: the peers' descriptors live in this round's slots, which a later round reuses.
-  if (!ctx.windows->needs_probe() || ctx.windows->reachable_everywhere.has_value()) return true;  // (not false)
-  return agree_reachable(ctx, p);
+  if (!probe) return true;
+  return agree_reachable(ctx, p, n, opened, std::move(why), key);
 }
 
 void close_windows(Context& ctx) {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,23 +44,36 @@ class PeerWindows {
   virtual bool expose(const void* p, size_t bytes, std::byte* desc) = 0;
   // Opens what local rank `peer` exposed.
   virtual PeerBuffer open(int peer, const std::byte* desc) = 0;
-  // Whether this rank can in fact read what `peer` exposed in `desc` (one of its descriptors);
-  // false with the reason in `why`. Asked once per peer, on the communicator's first single-copy
-  // collective, whose ranks then agree (algorithms/window_rounds.cc). CMA may be refused (a
-  // container's seccomp, Yama), and a peer in another PID namespace has another process's pid.
+  // Whether this rank can in fact read what `peer` exposed in `desc` (one of its descriptors,
+  // already open()ed: a failed open() counts as unreachable too); false with the reason in `why`.
+  // CMA may be refused (a container's seccomp, Yama), and a peer in another PID namespace has
+  // another process's pid; CUDA IPC fails to open between GPUs without peer access.
   virtual bool reachable(int /*peer*/, const std::byte* /*desc*/, std::string* /*why*/) { return true; }
-  // Whether reachable() can say no, so that the ranks must agree on it once. Not for CUDA IPC,
-  // whose windows are one per GPU: a rank's first collective on a GPU is not its peers'.
+  // Whether reachable() or open() can say no, so that the ranks must agree on it: once for each
+  // placement of the node's buffers (algorithms/window_rounds.cc), in one extra round.
   virtual bool needs_probe() const { return false; }
+  // Where the memory `desc` names lives, as far as reaching it goes: buffers of equal placements
+  // on every rank are reached alike. Every rank sees every rank's descriptors, so all compute the
+  // same key from them and agree whether to probe. "" (host memory): one verdict per communicator.
+  // CUDA IPC: the exporting process and its GPU, since a rank's first collective on a GPU need
+  // not be its peers' (a rank may use several GPUs).
+  virtual std::string placement(const std::byte* /*desc*/) const { return ""; }
   // Copies [offset, offset + bytes) of a peer's buffer into `dst`, memory of this window's kind,
   // in order with the Device's work on that memory (host: both synchronous; CUDA: the same
   // stream), so a reduction queued after a read sees its data and a later read may reuse the
   // scratch only after that reduction. Throws SystemError naming the op and peer on failure.
   virtual void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) = 0;
 
-  // Set, alike on every rank, by the first single-copy collective: whether every rank reached
-  // every peer (reachable()). False: the single-copy algorithms stage from then on.
-  std::optional<bool> reachable_everywhere;
+  // Set, alike on every rank, by the first single-copy collective of each placement key (the
+  // placements of every rank's buffers, joined): whether every rank reached every peer. False:
+  // the single-copy algorithms stage from then on for that key.
+  std::map<std::string, bool> reachable_by_placement;
+  // The verdict for host memory (placement ""), for tests: unset before the first probe.
+  std::optional<bool> reachable_everywhere() const {
+    auto it = reachable_by_placement.find("");
+    if (it == reachable_by_placement.end()) return std::nullopt;
+    return it->second;
+  }
 };
 
 // Host memory of the node's other ranks by process_vm_readv; `pid_of(r)` is local rank r's

@@ -49,7 +49,7 @@ class MappedWindows final : public device::PeerWindows {
   bool expose(const void* p, size_t bytes, std::byte* desc) override {
     const auto* b = static_cast<const std::byte*>(p);
     if (b < base_ || b + bytes > base_ + bytes_) return false;  // not "device memory"
-    const Desc d{::getpid(), fd_, static_cast<uint64_t>(b - base_), bytes};
+    const Desc d{::getpid(), fd_, static_cast<uint64_t>(b - base_), bytes, where};
     std::memcpy(desc, &d, sizeof d);
     return true;
   }
@@ -57,6 +57,7 @@ class MappedWindows final : public device::PeerWindows {
     Desc d;
     std::memcpy(&d, desc, sizeof d);
     ++open_calls_;
+    if (refuse_opens) throw SystemError("test-mapped: no peer access to local rank " + std::to_string(peer));
     auto it = maps_.find(peer);
     if (it == maps_.end()) {
       const std::string path = "/proc/" + std::to_string(d.pid) + "/fd/" + std::to_string(d.fd);
@@ -74,6 +75,20 @@ class MappedWindows final : public device::PeerWindows {
     std::memcpy(dst, b.mapped + offset, bytes);
   }
 
+  // Like CUDA IPC: opens may fail, agreed on once per placement (the process and `where`, as
+  // a process and its GPU).
+  bool needs_probe() const override { return true; }
+  std::string placement(const std::byte* desc) const override {
+    Desc d;
+    std::memcpy(&d, desc, sizeof d);
+    return std::to_string(d.pid) + "/" + std::to_string(d.where);
+  }
+
+  // Test knobs: every open() fails (as between GPUs without peer access); the placement this
+  // rank's next descriptors name (as a rank that moved to another GPU).
+  bool refuse_opens = false;
+  int where = 0;
+
   int mapped_peers() const { return static_cast<int>(maps_.size()); }
   int open_calls() const { return open_calls_; }
 
@@ -83,6 +98,7 @@ class MappedWindows final : public device::PeerWindows {
     int32_t fd;
     uint64_t offset;
     uint64_t bytes;
+    int32_t where;
   };
   size_t bytes_, used_ = 0;
   int fd_ = -1;

@@ -105,7 +105,23 @@ class CudaIpcWindows final : public PeerWindows {
     std::memcpy(&d, desc, sizeof d);
     if (d.process == this_process())
       return {peer, d.address, static_cast<size_t>(d.bytes), reinterpret_cast<const std::byte*>(d.address)};
-    return {peer, d.address, static_cast<size_t>(d.bytes), mapping(d.handle) + d.offset};
+    try {
+      return {peer, d.address, static_cast<size_t>(d.bytes), mapping(d.handle) + d.offset};
+    } catch (const SystemError& e) {
+      // Most often GPUs without peer access (PCIe GPUs on some hosts): the ranks then stage
+      // (window_rounds.cc), and this names the pair in the warning.
+      throw SystemError(std::string(e.what()) + " for local rank " + std::to_string(peer) + "'s memory on its GPU " +
+                        std::to_string(d.device) + ", from GPU " + std::to_string(dev_.ordinal()));
+    }
+  }
+
+  // An open may fail (no peer access between the two GPUs): the ranks agree on it once for each
+  // placement of their buffers, a process and its GPU (peer_window.h).
+  bool needs_probe() const override { return true; }
+  std::string placement(const std::byte* desc) const override {
+    IpcDescriptor d;
+    std::memcpy(&d, desc, sizeof d);
+    return std::to_string(d.process) + "/" + std::to_string(d.device);
   }
 
   void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) override {
