@@ -14,8 +14,10 @@ inline constexpr int kMaxSources = 16;
 inline constexpr int kThreads = 512;
 
 // Queues the reduction of `a` on `stream` with at most `max_blocks` blocks (so on at most that
-// many SMs). Every pointer must be readable by the device (device, registered or managed
-// memory). Returns the launch's error; the kernel's own errors surface at the next sync.
-cudaError_t reduce(const ReduceArgs& a, cudaStream_t stream, int max_blocks);
+// many SMs). `vectors`: with 16-byte loads and stores where the operands line up
+// (SMDDP_CUDA_VECTOR_REDUCE), else one element per load. Every pointer must be readable by the
+// device (device, registered or managed memory). Returns the launch's error; the kernel's own
+// errors surface at the next sync.
+cudaError_t reduce(const ReduceArgs& a, cudaStream_t stream, int max_blocks, bool vectors);
 
 }  // namespace smddp::reduce::cuda

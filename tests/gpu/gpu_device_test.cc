@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -95,61 +96,81 @@ class CudaArena {
   std::byte* base_;
 };
 
+// Room past a buffer for the offsets of the reduction test.
+constexpr size_t kVectorOverhang = 16;
+
 // Every dtype x op the library accepts, 1 to 8 sources, reduced by the kernels on device memory
-// (and, with pageable host operands, by the host path) against reference.h's loop.
-TEST(GpuReduce, EveryDtypeOpAndSourceCountMatchesTheReference) {
+// (and, with pageable host operands, by the host path) against reference.h's loop. Both kernels
+// (SMDDP_CUDA_VECTOR_REDUCE): the operands at offset 0, all one element in (the vector kernel's
+// scalar head), and the first source alone one element in (no vectors at all); the counts leave
+// scalar tails.
+class GpuReduce : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GpuReduce, EveryDtypeOpAndSourceCountMatchesTheReference) {
   SKIP_WITHOUT_GPU();
-  auto res = run_ranks(1, [](int, int, std::shared_ptr<Store>, Report& rep) {
+  const bool vectors = GetParam();
+  auto res = run_ranks(1, [vectors](int, int, std::shared_ptr<Store>, Report& rep) {
+    ::setenv("SMDDP_CUDA_VECTOR_REDUCE", vectors ? "1" : "0", 1);  // read when the device is made
     auto dev = device::cuda_device(0);
     const DataType types[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i8,
                               DataType::u8,  DataType::i32, DataType::i64, DataType::boolean};
     const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg,
                             ReduceOp::band, ReduceOp::bor, ReduceOp::bxor, ReduceOp::premul_sum};
+    enum Shift { none, all, first_source };
     for (DataType t : types)
       for (ReduceOp o : ops) {
         if (!supports(t, o)) continue;
         const Reduction red = o == ReduceOp::premul_sum ? Reduction::premul_sum(0.5) : Reduction(o);
         for (int nsrc : {1, 2, 3, 8})
           for (size_t count : {size_t{1}, size_t{1000}, size_t{65537}})
-            for (bool host_operand : {false, true}) {
-              const size_t bytes = count * dtype_size(t);
-              std::vector<std::vector<std::byte>> host(static_cast<size_t>(nsrc), std::vector<std::byte>(bytes));
-              std::vector<void*> bufs;
-              std::vector<const void*> srcs;
-              for (int s = 0; s < nsrc; ++s) {
-                for (size_t i = 0; i < count; ++i) store_value(host[static_cast<size_t>(s)].data(), i, t, input_value(s, i, t, o, 7));
-                // host_operand: the last source stays in pageable host memory (a shm slot's case)
-                if (host_operand && s == nsrc - 1) {
-                  srcs.push_back(host[static_cast<size_t>(s)].data());
-                  continue;
+            for (Shift shift : {none, all, first_source})
+              for (bool host_operand : {false, true}) {
+                if (host_operand && shift != none) continue;
+                const size_t es = dtype_size(t), bytes = count * es;
+                std::vector<std::vector<std::byte>> host(static_cast<size_t>(nsrc), std::vector<std::byte>(bytes));
+                std::vector<void*> bufs;
+                std::vector<const void*> srcs;
+                // Device memory `by` bytes past a fresh allocation's start (256-byte aligned).
+                auto device_buffer = [&](size_t by) {
+                  bufs.push_back(device::cuda_malloc(bytes + kVectorOverhang));
+                  return static_cast<std::byte*>(bufs.back()) + by;
+                };
+                for (int s = 0; s < nsrc; ++s) {
+                  for (size_t i = 0; i < count; ++i) store_value(host[static_cast<size_t>(s)].data(), i, t, input_value(s, i, t, o, 7));
+                  // host_operand: the last source stays in pageable host memory (a shm slot's case)
+                  if (host_operand && s == nsrc - 1) {
+                    srcs.push_back(host[static_cast<size_t>(s)].data());
+                    continue;
+                  }
+                  std::byte* b = device_buffer(shift == all || (shift == first_source && s == 0) ? es : 0);
+                  dev->copy(b, host[static_cast<size_t>(s)].data(), bytes);
+                  srcs.push_back(b);
                 }
-                bufs.push_back(device::cuda_malloc(bytes));
-                dev->copy(bufs.back(), host[static_cast<size_t>(s)].data(), bytes);
-                srcs.push_back(bufs.back());
-              }
-              void* dst = device::cuda_malloc(bytes);
-              reduce::ReduceArgs a{dst, srcs.data(), nsrc, count, t, red, nsrc};
-              dev->reduce(a);
-              std::vector<std::byte> got(bytes);
-              dev->copy(got.data(), dst, bytes);
-              dev->fence();
-              for (void* b : bufs) device::cuda_free(b);
-              device::cuda_free(dst);
-              for (size_t i = 0; i < count; ++i) {
-                const double want = reference_value(nsrc, i, t, red, 7), v = load_value(got.data(), i, t);
-                if (std::fabs(v - want) > tolerance(t, want)) {
-                  rep.fail(std::string(to_string(t)) + " " + to_string(o) + " of " + std::to_string(nsrc) +
-                           " sources, count " + std::to_string(count) + (host_operand ? " (one on the host)" : "") +
-                           ": element " + std::to_string(i) + " is " + std::to_string(v) + ", expected " +
-                           std::to_string(want));
-                  return;
+                void* dst = device_buffer(shift == all ? es : 0);
+                reduce::ReduceArgs a{dst, srcs.data(), nsrc, count, t, red, nsrc};
+                dev->reduce(a);
+                std::vector<std::byte> got(bytes);
+                dev->copy(got.data(), dst, bytes);
+                dev->fence();
+                for (void* b : bufs) device::cuda_free(b);
+                static const char* const shifts[] = {"", ", every operand one element in", ", the first source one element in"};
+                for (size_t i = 0; i < count; ++i) {
+                  const double want = reference_value(nsrc, i, t, red, 7), v = load_value(got.data(), i, t);
+                  if (std::fabs(v - want) > tolerance(t, want)) {
+                    rep.fail(std::string(vectors ? "vector kernel: " : "scalar kernel: ") + to_string(t) + " " +
+                             to_string(o) + " of " + std::to_string(nsrc) + " sources, count " + std::to_string(count) +
+                             shifts[shift] + (host_operand ? " (one on the host)" : "") + ": element " +
+                             std::to_string(i) + " is " + std::to_string(v) + ", expected " + std::to_string(want));
+                    return;
+                  }
                 }
               }
-            }
       }
   }, gpu_options());
   ASSERT_TRUE(res.ok()) << res.summary();
 }
+INSTANTIATE_TEST_SUITE_P(Kernel, GpuReduce, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "vector" : "scalar"; });
 
 // Every node algorithm of the registry with device buffers, the CUDA device and CUDA IPC
 // windows: the configuration a GPU node runs. Ranks share the GPUs there are (rank % count), so

@@ -38,8 +38,10 @@ class CudaDevice final : public cuda::StreamDevice {
     int sms = 0;
     cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
     max_blocks_ = static_cast<int>(std::clamp<int64_t>(config::get_int("SMDDP_CUDA_SMS"), 1, sms));
+    vector_reduce_ = config::get_bool("SMDDP_CUDA_VECTOR_REDUCE");
     SMDDP_LOG(INFO, -1) << "cuda device " << ordinal << ": reduction kernels launch with at most " << max_blocks_
-                        << " of its " << sms << " SMs (SMDDP_CUDA_SMS)";
+                        << " of its " << sms << " SMs (SMDDP_CUDA_SMS), "
+                        << (vector_reduce_ ? "16 bytes" : "one element") << " per load (SMDDP_CUDA_VECTOR_REDUCE)";
   }
   ~CudaDevice() override {
     cuda::DeviceScope on(ordinal_, /*nothrow=*/true);
@@ -72,7 +74,7 @@ class CudaDevice final : public cuda::StreamDevice {
     reduce::ReduceArgs d = a;
     d.dst = dst;
     d.srcs = srcs;
-    cuda::check(reduce::cuda::reduce(d, stream_, max_blocks_), "launching the reduction kernel");
+    cuda::check(reduce::cuda::reduce(d, stream_, max_blocks_, vector_reduce_), "launching the reduction kernel");
   }
 
   void fence() override { cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
@@ -117,6 +119,7 @@ class CudaDevice final : public cuda::StreamDevice {
   int ordinal_;
   cudaStream_t stream_ = nullptr;
   int max_blocks_ = 8;
+  bool vector_reduce_ = false;
 };
 
 }  // namespace
