@@ -1,6 +1,5 @@
 #include "algorithms/window_rounds.h"
 
-#include <algorithm>
 #include <string>
 
 #include "core/logging.h"
@@ -43,10 +42,8 @@ bool agree_reachable(Context& ctx, int p, size_t n, bool opened, std::string why
   ctx.shm.wait_all(ctx.op);
   bool all = true;
   for (int j = 0; j < w; ++j) all = all && ctx.shm.words(j, q)[0] == 1;
-  auto& verdicts = ctx.windows->reachable_by_placement;
-  const bool refused_before = std::any_of(verdicts.begin(), verdicts.end(), [](const auto& v) { return !v.second; });
-  verdicts[key] = all;
-  if (!mine && !refused_before) {  // once per windows, not once per placement
+  ctx.windows->reachable_by_placement[key] = all;
+  if (!mine) {  // once per placement this rank could not reach
     SMDDP_LOG(WARN, ctx.op.rank) << "the single-copy algorithms (" << ctx.windows->name() << ") cannot read "
                                  << "other ranks' memory (" << why << "): this communicator stages through shared "
                                  << "memory instead" << (key.empty() ? "" : " for buffers placed as these are");
@@ -95,7 +92,7 @@ bool open_windows(Context& ctx, const std::vector<std::pair<const void*, size_t>
     for (size_t k = 0; k < n && opened; ++k) {
       try {
         peers[static_cast<size_t>(j)][k] = ctx.windows->open(j, ctx.shm.slot(j, p) + k * kDesc);
-      } catch (const SystemError& e) {
+      } catch (const device::PeerUnreachable& e) {
         if (!probe) throw;
         opened = false;
         why = e.what();

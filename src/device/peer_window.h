@@ -21,8 +21,17 @@
 #include <string>
 
 #include "engine/op_info.h"
+#include "smddp/errors.h"
 
 namespace smddp::device {
+
+// What PeerWindows::open throws where this process cannot reach the peer's memory at all (CUDA
+// IPC between GPUs without peer access, or where the OS refuses IPC): on the first collective of
+// a placement the ranks then stage (window_rounds.cc). Any other failure stays an error.
+class PeerUnreachable : public SystemError {
+ public:
+  using SystemError::SystemError;
+};
 
 // One exposed buffer of a peer, as this rank reaches it.
 struct PeerBuffer {

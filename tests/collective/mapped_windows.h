@@ -14,6 +14,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "device/peer_window.h"
 #include "smddp/errors.h"
@@ -30,7 +31,7 @@ class MappedWindows final : public device::PeerWindows {
     base_ = static_cast<std::byte*>(p);
   }
   ~MappedWindows() override {
-    for (auto& [peer, m] : maps_) ::munmap(m, bytes_);
+    for (auto& [arena, m] : maps_) ::munmap(m, bytes_);  // every rank's arena has the same size
     ::munmap(base_, bytes_);
     ::close(fd_);
   }
@@ -57,8 +58,9 @@ class MappedWindows final : public device::PeerWindows {
     Desc d;
     std::memcpy(&d, desc, sizeof d);
     ++open_calls_;
-    if (refuse_opens) throw SystemError("test-mapped: no peer access to local rank " + std::to_string(peer));
-    auto it = maps_.find(peer);
+    if (refuse_opens) throw device::PeerUnreachable("test-mapped: no peer access to local rank " + std::to_string(peer));
+    const std::pair<int, int> arena{d.pid, d.fd};  // the handle cache's key: the peer's allocation
+    auto it = maps_.find(arena);
     if (it == maps_.end()) {
       const std::string path = "/proc/" + std::to_string(d.pid) + "/fd/" + std::to_string(d.fd);
       const int fd = ::open(path.c_str(), O_RDWR);
@@ -66,7 +68,7 @@ class MappedWindows final : public device::PeerWindows {
       void* m = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       ::close(fd);
       if (m == MAP_FAILED) throw SystemError("mmap " + path);
-      it = maps_.emplace(peer, static_cast<std::byte*>(m)).first;
+      it = maps_.emplace(arena, static_cast<std::byte*>(m)).first;
     }
     return {peer, d.offset, static_cast<size_t>(d.bytes), it->second + d.offset};
   }
@@ -89,7 +91,7 @@ class MappedWindows final : public device::PeerWindows {
   bool refuse_opens = false;
   int where = 0;
 
-  int mapped_peers() const { return static_cast<int>(maps_.size()); }
+  int mapped_peers() const { return static_cast<int>(maps_.size()); }  // peer arenas mapped
   int open_calls() const { return open_calls_; }
 
  private:
@@ -103,7 +105,7 @@ class MappedWindows final : public device::PeerWindows {
   size_t bytes_, used_ = 0;
   int fd_ = -1;
   std::byte* base_ = nullptr;
-  std::map<int, std::byte*> maps_;
+  std::map<std::pair<int, int>, std::byte*> maps_;  // (pid, fd) of a peer's arena
   int open_calls_ = 0, reads_ = 0;
 };
 

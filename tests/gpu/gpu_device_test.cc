@@ -102,8 +102,8 @@ constexpr size_t kVectorOverhang = 16;
 // Every dtype x op the library accepts, 1 to 8 sources, reduced by the kernels on device memory
 // (and, with pageable host operands, by the host path) against reference.h's loop. Both kernels
 // (SMDDP_CUDA_VECTOR_REDUCE): the operands at offset 0, all one element in (the vector kernel's
-// scalar head), and the first source alone one element in (no vectors at all); the counts leave
-// scalar tails.
+// scalar head), the first source alone one element in (no vectors at all), and in place (the
+// destination is the first source); the counts leave scalar tails.
 class GpuReduce : public ::testing::TestWithParam<bool> {};
 
 TEST_P(GpuReduce, EveryDtypeOpAndSourceCountMatchesTheReference) {
@@ -116,14 +116,14 @@ TEST_P(GpuReduce, EveryDtypeOpAndSourceCountMatchesTheReference) {
                               DataType::u8,  DataType::i32, DataType::i64, DataType::boolean};
     const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg,
                             ReduceOp::band, ReduceOp::bor, ReduceOp::bxor, ReduceOp::premul_sum};
-    enum Shift { none, all, first_source };
+    enum Shift { none, all, first_source, in_place };
     for (DataType t : types)
       for (ReduceOp o : ops) {
         if (!supports(t, o)) continue;
         const Reduction red = o == ReduceOp::premul_sum ? Reduction::premul_sum(0.5) : Reduction(o);
         for (int nsrc : {1, 2, 3, 8})
           for (size_t count : {size_t{1}, size_t{1000}, size_t{65537}})
-            for (Shift shift : {none, all, first_source})
+            for (Shift shift : {none, all, first_source, in_place})
               for (bool host_operand : {false, true}) {
                 if (host_operand && shift != none) continue;
                 const size_t es = dtype_size(t), bytes = count * es;
@@ -146,14 +146,15 @@ TEST_P(GpuReduce, EveryDtypeOpAndSourceCountMatchesTheReference) {
                   dev->copy(b, host[static_cast<size_t>(s)].data(), bytes);
                   srcs.push_back(b);
                 }
-                void* dst = device_buffer(shift == all ? es : 0);
+                void* dst = shift == in_place ? const_cast<void*>(srcs[0]) : device_buffer(shift == all ? es : 0);
                 reduce::ReduceArgs a{dst, srcs.data(), nsrc, count, t, red, nsrc};
                 dev->reduce(a);
                 std::vector<std::byte> got(bytes);
                 dev->copy(got.data(), dst, bytes);
                 dev->fence();
                 for (void* b : bufs) device::cuda_free(b);
-                static const char* const shifts[] = {"", ", every operand one element in", ", the first source one element in"};
+                static const char* const shifts[] = {"", ", every operand one element in", ", the first source one element in",
+                                                     ", in place"};
                 for (size_t i = 0; i < count; ++i) {
                   const double want = reference_value(nsrc, i, t, red, 7), v = load_value(got.data(), i, t);
                   if (std::fabs(v - want) > tolerance(t, want)) {
@@ -278,17 +279,27 @@ TEST(GpuCommunicator, CollectivesOnCudaMemory) {
     comm.reduce_scatter(in, out, n, DataType::f32, ReduceOp::sum, Memory::cuda(gpu)).wait();
     expect("reduce_scatter", n,
            [&](size_t i) { return 3.0f * static_cast<float>((static_cast<size_t>(rank) * n + i) % 97); });
-    // Stream order: the input is still being copied on the caller's stream when the call is
+    // Stream order: the input is still to be written on the caller's stream when the call is
     // made, with no host sync; the collective must wait for it (Memory::stream), and so must
-    // the peer reading this rank's buffer through IPC.
+    // the peer reading this rank's buffer through IPC. The caller's stream is kept busy for
+    // milliseconds first (device-to-device copies of 256 MiB) and then writes the input from
+    // device memory, all asynchronous: a collective that did not wait would read the old input.
     std::vector<float> fresh(n);
     for (size_t i = 0; i < n; ++i) fresh[i] = static_cast<float>(rank + 1) * static_cast<float>(i % 89);
     auto caller = device::cuda_device(gpu);
+    constexpr size_t kBusyBytes = size_t{256} << 20;
+    void* busy[2] = {device::cuda_malloc(kBusyBytes), device::cuda_malloc(kBusyBytes)};
+    void* staged = device::cuda_malloc(n * sizeof(float));
+    dev->copy(staged, fresh.data(), n * sizeof(float));
     dev->copy(out, host.data(), n * sizeof(float));  // stale values where the result goes
     dev->fence();
-    caller->copy(in, fresh.data(), n * sizeof(float));
+    for (int k = 0; k < 8; ++k) caller->copy(busy[k % 2], busy[1 - k % 2], kBusyBytes);
+    caller->copy(in, staged, n * sizeof(float));
     comm.allreduce(in, out, n, DataType::f32, ReduceOp::sum, Memory::cuda(gpu, device::cuda_stream(*caller))).wait();
     expect("allreduce after the caller's stream", n, [](size_t i) { return 3.0f * static_cast<float>(i % 89); });
+    caller->fence();
+    for (void* b : busy) device::cuda_free(b);
+    device::cuda_free(staged);
     device::cuda_free(in);
     device::cuda_free(out);
   }, gpu_options());

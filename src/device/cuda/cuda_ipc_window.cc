@@ -81,6 +81,10 @@ class CudaIpcWindows final : public PeerWindows {
       (void)cudaGetLastError();
       return false;
     }
+    // Memory of another GPU than these windows' (the caller named the wrong device): staged.
+    // Placements name the buffer's GPU, and windows are chosen by the named one: the two must be
+    // the same for every rank to keep one verdict per placement in one place.
+    if (attr.device != dev_.ordinal()) return false;
     cuda::DeviceScope on(attr.device);  // the driver call below needs the buffer's context current
     const GetAddressRange range = address_range_fn();
     CUdeviceptr base = 0;
@@ -105,14 +109,7 @@ class CudaIpcWindows final : public PeerWindows {
     std::memcpy(&d, desc, sizeof d);
     if (d.process == this_process())
       return {peer, d.address, static_cast<size_t>(d.bytes), reinterpret_cast<const std::byte*>(d.address)};
-    try {
-      return {peer, d.address, static_cast<size_t>(d.bytes), mapping(d.handle) + d.offset};
-    } catch (const SystemError& e) {
-      // Most often GPUs without peer access (PCIe GPUs on some hosts): the ranks then stage
-      // (window_rounds.cc), and this names the pair in the warning.
-      throw SystemError(std::string(e.what()) + " for local rank " + std::to_string(peer) + "'s memory on its GPU " +
-                        std::to_string(d.device) + ", from GPU " + std::to_string(dev_.ordinal()));
-    }
+    return {peer, d.address, static_cast<size_t>(d.bytes), mapping(d.handle, peer) + d.offset};
   }
 
   // An open may fail (no peer access between the two GPUs): the ranks agree on it once for each
@@ -146,7 +143,14 @@ class CudaIpcWindows final : public PeerWindows {
     std::byte* mapped;
   };
 
-  std::byte* mapping(const cudaIpcMemHandle_t& h) {
+  // Errors of cudaIpcOpenMemHandle that say this process cannot map a peer's memory at all, so
+  // that staging is the answer: GPUs without peer access, IPC refused by the OS or container.
+  static bool unreachable(cudaError_t e) {
+    return e == cudaErrorPeerAccessUnsupported || e == cudaErrorInvalidDevice || e == cudaErrorMapBufferObjectFailed ||
+           e == cudaErrorOperatingSystem || e == cudaErrorNotSupported;
+  }
+
+  std::byte* mapping(const cudaIpcMemHandle_t& h, int peer) {
     Key key;
     std::memcpy(key.data(), &h, key.size());
     if (auto it = index_.find(key); it != index_.end()) {
@@ -155,7 +159,15 @@ class CudaIpcWindows final : public PeerWindows {
     }
     void* p = nullptr;
     cuda::DeviceScope on(dev_.ordinal());  // the mapping is made on the current GPU
-    cuda::check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+    if (const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      // The GPU number is the peer process's own (its CUDA_VISIBLE_DEVICES may differ).
+      const std::string what = std::string("smddp: cuda: cudaIpcOpenMemHandle failed: ") + cudaGetErrorName(e) + " (" +
+                               cudaGetErrorString(e) + ") for local rank " + std::to_string(peer) +
+                               "'s memory, from GPU " + std::to_string(dev_.ordinal());
+      if (unreachable(e)) throw PeerUnreachable(what);
+      throw SystemError(what);
+    }
     lru_.push_front({key, static_cast<std::byte*>(p)});
     index_[key] = lru_.begin();
     if (lru_.size() > kCacheEntries) {
