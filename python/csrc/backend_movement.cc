@@ -149,7 +149,6 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::gather(std::vector<std::vect
                                                           const ::c10d::GatherOptions& opts) {
   return guarded("gather", opts, [&] {
     check_single(inputs, "gather", getRank());
-    check_host_only(inputs[0], "gather", getRank());
     const int root = static_cast<int>(opts.rootRank);
     const at::Tensor& in = inputs[0];
     Elems e = movement_elems(in);
@@ -160,18 +159,19 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::gather(std::vector<std::vect
       if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize())
         throw InvalidArgument(who(getRank()) + "gather: the root needs one list of world-size output tensors");
       for (auto& t : outputs[0]) {
-        check_host_only(t, "gather", getRank());
+        check_tensor(t, "gather", getRank());
+        check_same_device(t, in, "gather", getRank());
         if (t.numel() != in.numel())
           throw InvalidArgument(who(getRank()) + "gather: every output must have the input's size");
       }
       at::Tensor flat = at::empty({in.numel() * getSize()}, in.options());
-      p.ops.push_back(comm_->gather(i.data(), flat.data_ptr(), e.count, e.dtype, root));
+      p.ops.push_back(comm_->gather(i.data(), flat.data_ptr(), e.count, e.dtype, root, memory_of(i.tensor)));
       std::vector<at::Tensor> outs = outputs[0];
       p.outputs = outs;
       p.keep_alive.push_back(flat);
       p.finalizers.push_back([flat, outs] { unflatten_into(flat, outs); });
     } else {
-      p.ops.push_back(comm_->gather(i.data(), nullptr, e.count, e.dtype, root));
+      p.ops.push_back(comm_->gather(i.data(), nullptr, e.count, e.dtype, root, memory_of(i.tensor)));
     }
     return finish(::c10d::OpType::GATHER, std::move(p));
   });
@@ -182,7 +182,6 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::scatter(std::vector<at::Tens
                                                            const ::c10d::ScatterOptions& opts) {
   return guarded("scatter", opts, [&] {
     check_single(outputs, "scatter", getRank());
-    check_host_only(outputs[0], "scatter", getRank());
     const int root = static_cast<int>(opts.rootRank);
     const at::Tensor& out = outputs[0];
     Elems e = movement_elems(out);
@@ -194,14 +193,15 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::scatter(std::vector<at::Tens
       if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize())
         throw InvalidArgument(who(getRank()) + "scatter: the root needs one list of world-size input tensors");
       for (auto& t : inputs[0]) {
-        check_host_only(t, "scatter", getRank());
+        check_tensor(t, "scatter", getRank());
+        check_same_device(t, out, "scatter", getRank());
         if (t.numel() != out.numel()) throw InvalidArgument(who(getRank()) + "scatter: every input must have the output's size");
       }
       at::Tensor flat = flatten(inputs[0]);
       p.keep_alive.push_back(flat);
-      p.ops.push_back(comm_->scatter(flat.data_ptr(), o.data(), e.count, e.dtype, root));
+      p.ops.push_back(comm_->scatter(flat.data_ptr(), o.data(), e.count, e.dtype, root, memory_of(o.tensor)));
     } else {
-      p.ops.push_back(comm_->scatter(nullptr, o.data(), e.count, e.dtype, root));
+      p.ops.push_back(comm_->scatter(nullptr, o.data(), e.count, e.dtype, root, memory_of(o.tensor)));
     }
     if (o.copied) p.finalizers.push_back([o] { o.copy_back(); });
     return finish(::c10d::OpType::SCATTER, std::move(p));
@@ -213,9 +213,10 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall_base(at::Tensor& ou
                                                                  std::vector<int64_t>& input_splits,
                                                                  const ::c10d::AllToAllOptions& opts) {
   return guarded("all_to_all_single", opts, [&] {
-    check_host_only(input, "all_to_all_single", getRank());
-    check_host_only(output, "all_to_all_single", getRank());
+    check_tensor(input, "all_to_all_single", getRank());
+    check_tensor(output, "all_to_all_single", getRank());
     check_same_type(output, input, "all_to_all_single", getRank());
+    check_same_device(output, input, "all_to_all_single", getRank());
     const auto W = static_cast<size_t>(getSize());
     Elems ein = movement_elems(input);
     // Elements (in smddp's unit) per row of dim 0, and per tensor element (bytes for odd dtypes).
@@ -249,7 +250,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall_base(at::Tensor& ou
     }
     Staged i = stage(input), o = stage(output);
     Pending p;
-    p.ops.push_back(comm_->alltoallv(i.data(), sc, sd, o.data(), rc, rd, ein.dtype));
+    p.ops.push_back(comm_->alltoallv(i.data(), sc, sd, o.data(), rc, rd, ein.dtype, memory_of(o.tensor)));
     p.outputs.push_back(output);
     p.keep_alive = {i.tensor, o.tensor};
     if (o.copied) p.finalizers.push_back([o] { o.copy_back(); });
@@ -265,10 +266,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall(std::vector<at::Ten
     if (outputs.size() != W || inputs.size() != W)
       throw InvalidArgument(who(getRank()) + "all_to_all needs world-size input and output lists");
     for (size_t j = 0; j < W; ++j) {
-      check_host_only(inputs[j], "all_to_all", getRank());
-      check_host_only(outputs[j], "all_to_all", getRank());
+      check_tensor(inputs[j], "all_to_all", getRank());
+      check_tensor(outputs[j], "all_to_all", getRank());
       check_same_type(outputs[j], inputs[0], "all_to_all", getRank());
       check_same_type(inputs[j], inputs[0], "all_to_all", getRank());
+      check_same_device(outputs[j], inputs[0], "all_to_all", getRank());
+      check_same_device(inputs[j], inputs[0], "all_to_all", getRank());
     }
     at::Tensor in = flatten(inputs);
     at::Tensor out = at::empty({0}, inputs[0].options());
@@ -286,7 +289,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall(std::vector<at::Ten
       }
     }
     Pending p;
-    p.ops.push_back(comm_->alltoallv(in.data_ptr(), sc, sd, out.data_ptr(), rc, rd, movement_elems(in).dtype));
+    p.ops.push_back(
+        comm_->alltoallv(in.data_ptr(), sc, sd, out.data_ptr(), rc, rd, movement_elems(in).dtype, memory_of(out)));
     std::vector<at::Tensor> outs = outputs;
     p.outputs = outs;
     p.keep_alive = {in, out};

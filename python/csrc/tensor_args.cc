@@ -96,8 +96,8 @@ void check_host_only(const at::Tensor& t, const char* coll, int rank) {
   if (!t.device().is_cpu())
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll + ": got a tensor on " +
                           t.device().str() + "; " + coll +
-                          " takes CPU tensors only so far (on CUDA: allreduce, broadcast, reduce, allgather and "
-                          "reduce_scatter, with their coalesced and tensor forms)");
+                          " takes CPU tensors only so far (CUDA tensors go through every collective, not yet "
+                          "point to point)");
 }
 
 void check_same_device(const at::Tensor& a, const at::Tensor& b, const char* coll, int rank) {

@@ -1,10 +1,10 @@
 """CUDA tensors through smddp, each result checked against the same collective on CPU copies
 through gloo in the same run: allreduce (every dtype x op the two share, AVG and PREMUL_SUM by a
-local reference), broadcast, reduce, all_gather(_into_tensor), reduce_scatter(_tensor), the
-coalesced forms, a non-contiguous tensor, stream order (the input still being written on the
-caller's stream at the call: a side stream, and torch's default stream), an unawaited work,
-the future's device (DDP's comm hooks), and DDP and FSDP2 with CUDA tensors against the same
-training on CPU over gloo.
+local reference), broadcast, reduce, all_gather(_into_tensor), reduce_scatter(_tensor), gather,
+scatter, all_to_all(_single) with uneven splits, the coalesced forms, a non-contiguous tensor,
+stream order (the input still being written on the caller's stream at the call: a side stream,
+and torch's default stream), an unawaited work, the future's device (DDP's comm hooks), and DDP
+and FSDP2 with CUDA tensors against the same training on CPU over gloo.
 Ranks share the GPUs there are."""
 import datetime
 import os
@@ -80,6 +80,35 @@ for n in (1, 1000, 300_001):
     rs = torch.empty(n, device=dev)
     dist.reduce_scatter(rs, list(rs_in.to(dev).chunk(world)))
     check(f"reduce_scatter n={n}", same(rs.cpu(), rs_want[rank * n:(rank + 1) * n], False))
+    # gather, scatter, all_to_all_single: the same collective through gloo on CPU copies
+    g_in = data(rank, n, torch.int32, 9)
+    g_want = [torch.empty_like(g_in) for _ in range(world)] if rank == 0 else None
+    dist.gather(g_in, g_want, dst=0, group=gloo)
+    g_out = [torch.empty(n, dtype=torch.int32, device=dev) for _ in range(world)] if rank == 0 else None
+    dist.gather(g_in.to(dev), g_out, dst=0)
+    if rank == 0:
+        check(f"gather n={n}", all(same(g_out[q].cpu(), g_want[q], True) for q in range(world)))
+    s_in = [data(q, n, torch.float32, 10) for q in range(world)] if rank == world - 1 else None
+    s_want = torch.empty(n)
+    dist.scatter(s_want, s_in, src=world - 1, group=gloo)
+    s_got = torch.empty(n, device=dev)
+    dist.scatter(s_got, [t.to(dev) for t in s_in] if s_in else None, src=world - 1)
+    check(f"scatter n={n}", same(s_got.cpu(), s_want, True))
+    # uneven splits: rank r sends (r + j) % 3 + 1 rows of width n to rank j
+    width = min(n, 64)
+    sends = [(rank + j) % 3 + 1 for j in range(world)]
+    recvs = [(j + rank) % 3 + 1 for j in range(world)]
+    a_in = data(rank, sum(sends) * width, torch.float32, 11).reshape(-1, width)
+    a_want = torch.empty(sum(recvs), width)
+    dist.all_to_all_single(a_want, a_in, recvs, sends, group=gloo)
+    a_got = torch.empty(sum(recvs), width, device=dev)
+    dist.all_to_all_single(a_got, a_in.to(dev), recvs, sends)
+    check(f"all_to_all_single uneven n={n}", same(a_got.cpu(), a_want, True))
+    l_in = [data(rank * world + j, n, torch.float64, 12) for j in range(world)]
+    l_want = [data(q * world + rank, n, torch.float64, 12) for q in range(world)]  # gloo has no list all_to_all
+    l_got = [torch.empty(n, dtype=torch.float64, device=dev) for _ in range(world)]
+    dist.all_to_all(l_got, [t.to(dev) for t in l_in])
+    check(f"all_to_all n={n}", all(same(l_got[q].cpu(), l_want[q], True) for q in range(world)))
 
 # non-contiguous: a transposed view, reduced and written back in place
 m = torch.arange(12.0).reshape(3, 4).to(dev).t()
