@@ -91,15 +91,6 @@ void check_tensor(const at::Tensor& t, const char* coll, int rank) {
                           t.device().str() + "; smddp moves CPU and CUDA tensors");
 }
 
-void check_host_only(const at::Tensor& t, const char* coll, int rank) {
-  check_tensor(t, coll, rank);
-  if (!t.device().is_cpu())
-    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll + ": got a tensor on " +
-                          t.device().str() + "; " + coll +
-                          " takes CPU tensors only so far (CUDA tensors go through every collective, not yet "
-                          "point to point)");
-}
-
 void check_same_device(const at::Tensor& a, const at::Tensor& b, const char* coll, int rank) {
   if (a.device() != b.device())
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + coll + ": tensors on different devices (" +

@@ -40,8 +40,6 @@ Reduction to_reduction(const ::c10d::ReduceOp& op, const char* coll);
 // devices other than CPU and CUDA, CUDA tensors where this PyTorch has no CUDA.
 void check_tensor(const at::Tensor& t, const char* coll, int rank);
 void check_single(const std::vector<at::Tensor>& ts, const char* coll, int rank);
-// For what takes CPU tensors only so far: send and recv (the core's point-to-point is host memory).
-void check_host_only(const at::Tensor& t, const char* coll, int rank);
 void check_same_type(const at::Tensor& a, const at::Tensor& b, const char* coll, int rank);
 // The tensors of one call must be on one device (NCCL's rule); names both devices otherwise.
 void check_same_device(const at::Tensor& a, const at::Tensor& b, const char* coll, int rank);

@@ -1,10 +1,11 @@
 """CUDA tensors through smddp, each result checked against the same collective on CPU copies
 through gloo in the same run: allreduce (every dtype x op the two share, AVG and PREMUL_SUM by a
 local reference), broadcast, reduce, all_gather(_into_tensor), reduce_scatter(_tensor), gather,
-scatter, all_to_all(_single) with uneven splits, the coalesced forms, a non-contiguous tensor,
-stream order (the input still being written on the caller's stream at the call: a side stream,
-and torch's default stream), an unawaited work, the future's device (DDP's comm hooks), and DDP
-and FSDP2 with CUDA tensors against the same training on CPU over gloo.
+scatter, all_to_all(_single) with uneven splits, send/recv (a ring, any source), the coalesced
+forms, a non-contiguous tensor, stream order (the input still being written on the caller's
+stream at the call: a side stream, and torch's default stream), an unawaited work, the future's
+device (DDP's comm hooks), and DDP and FSDP2 with CUDA tensors against the same training on CPU
+over gloo.
 Ranks share the GPUs there are."""
 import datetime
 import os
@@ -109,6 +110,25 @@ for n in (1, 1000, 300_001):
     l_got = [torch.empty(n, dtype=torch.float64, device=dev) for _ in range(world)]
     dist.all_to_all(l_got, [t.to(dev) for t in l_in])
     check(f"all_to_all n={n}", all(same(l_got[q].cpu(), l_want[q], True) for q in range(world)))
+    # send/recv through host copies: a ring of isend/irecv, then a receive from any source
+    if world > 1:
+        right, left = (rank + 1) % world, (rank - 1) % world
+        p_out = data(rank, n, torch.bfloat16, 13).to(dev)
+        p_in = torch.empty(n, dtype=torch.bfloat16, device=dev)
+        ops = [dist.P2POp(dist.isend, p_out, right), dist.P2POp(dist.irecv, p_in, left)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        check(f"batch_isend_irecv ring n={n}", same(p_in.cpu(), data(left, n, torch.bfloat16, 13), True))
+        if rank == 0:
+            got_from = set()
+            for _ in range(world - 1):
+                any_in = torch.empty(n, dtype=torch.int64, device=dev)
+                src = dist.recv(any_in)
+                got_from.add(src)
+                check(f"recv from any source n={n}", same(any_in.cpu(), data(src, n, torch.int64, 14), True))
+            check(f"recv from any source heard every rank n={n}", got_from == set(range(1, world)), str(got_from))
+        else:
+            dist.send(data(rank, n, torch.int64, 14).to(dev), dst=0)
 
 # non-contiguous: a transposed view, reduced and written back in place
 m = torch.arange(12.0).reshape(3, 4).to(dev).t()
