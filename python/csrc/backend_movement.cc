@@ -2,6 +2,9 @@
 // send/recv, barriers.
 #include "backend.h"
 #include "tensor_args.h"
+#ifdef SMDDP_TORCH_CUDA
+#include "cuda_glue.h"
+#endif
 
 namespace smddp::torch_backend {
 
@@ -21,14 +24,16 @@ at::Tensor flatten(const std::vector<at::Tensor>& ts) {
 at::Tensor host_copy_of(const at::Tensor& t) {
   return t.to(t.options().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
 }
-// What a receive lands in: the tensor itself, or for a CUDA tensor a host buffer copied into it
-// last (after a non-contiguous buffer's own copy back, which the caller puts first).
+// What a receive lands in: the tensor itself, or for a CUDA tensor a (contiguous) host buffer,
+// copied into the tensor after the work the caller queued before the receive.
 at::Tensor receive_buffer(const at::Tensor& t, Pending& p) {
   p.outputs.push_back(t);
   if (!t.is_cuda()) return t;
   at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
   p.keep_alive.push_back(host);
-  p.finalizers.push_back([out = t, host]() mutable { out.copy_(host); });
+#ifdef SMDDP_TORCH_CUDA
+  p.finalizers.push_back([out = t, host, on_stream = after_current_stream(t)] { on_stream([&] { out.copy_(host); }); });
+#endif
   return host;
 }
 
@@ -177,6 +182,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::gather(std::vector<std::vect
         throw InvalidArgument(who(getRank()) + "gather: the root needs one list of world-size output tensors");
       for (auto& t : outputs[0]) {
         check_tensor(t, "gather", getRank());
+        check_same_type(t, in, "gather", getRank());
         check_same_device(t, in, "gather", getRank());
         if (t.numel() != in.numel())
           throw InvalidArgument(who(getRank()) + "gather: every output must have the input's size");
@@ -211,6 +217,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::scatter(std::vector<at::Tens
         throw InvalidArgument(who(getRank()) + "scatter: the root needs one list of world-size input tensors");
       for (auto& t : inputs[0]) {
         check_tensor(t, "scatter", getRank());
+        check_same_type(out, t, "scatter", getRank());
         check_same_device(t, out, "scatter", getRank());
         if (t.numel() != out.numel()) throw InvalidArgument(who(getRank()) + "scatter: every input must have the output's size");
       }
@@ -338,7 +345,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recv(std::vector<at::Tensor>
     Staged s = stage(buf);
     p.ops.push_back(comm_->recv(s.data(), e.count, e.dtype, src, static_cast<uint32_t>(tag)));
     p.keep_alive.push_back(s.tensor);
-    if (s.copied) p.finalizers.insert(p.finalizers.begin(), [s] { s.copy_back(); });
+    if (s.copied) p.finalizers.push_back([s] { s.copy_back(); });  // CPU tensors only: receive_buffer's are contiguous
     return finish(::c10d::OpType::RECV, std::move(p));
   });
 }
@@ -353,7 +360,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recvAnysource(std::vector<at
     smddp::Work w = comm_->recv_any(s.data(), e.count, e.dtype, static_cast<uint32_t>(tag));
     p.ops.push_back(w);
     p.keep_alive.push_back(s.tensor);
-    if (s.copied) p.finalizers.insert(p.finalizers.begin(), [s] { s.copy_back(); });
+    if (s.copied) p.finalizers.push_back([s] { s.copy_back(); });  // CPU tensors only: receive_buffer's are contiguous
     auto work = finish(::c10d::OpType::RECVANYSOURCE, std::move(p));
     static_cast<SmddpWork*>(work.get())->set_source([w] { return w.source(); });
     return work;

@@ -256,6 +256,15 @@ if world > 1:
     for req in dist.batch_isend_irecv(ops):
         req.wait()
     check("batch_isend_irecv ring (1.2 MB each way)", torch.equal(got, torch.arange(300_000, dtype=torch.float32) + prv))
+    # The coalescing manager around isend/irecv: batch_isend_irecv's path for CUDA tensors on
+    # torch 2.6 (startCoalescing/endCoalescing), taken here on CPU tensors.
+    if hasattr(dist, "_coalescing_manager"):
+        got2 = torch.empty(5, dtype=torch.int64)
+        with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+            dist.isend(torch.arange(5) * 10 + rank, nxt)
+            dist.irecv(got2, prv)
+        cm.wait()
+        check("isend/irecv in the coalescing manager", torch.equal(got2, torch.arange(5) * 10 + prv), str(got2))
     if rank == 0:
         dist.send(torch.tensor([42, 43]), dst=1, tag=5)
     elif rank == 1:

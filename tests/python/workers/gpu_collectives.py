@@ -119,6 +119,18 @@ for n in (1, 1000, 300_001):
         for w in dist.batch_isend_irecv(ops):
             w.wait()
         check(f"batch_isend_irecv ring n={n}", same(p_in.cpu(), data(left, n, torch.bfloat16, 13), True))
+        # A receive issued on a side stream that still writes the buffer (after a sleep): the data
+        # must land after that write, not before it and then be overwritten.
+        w_send = dist.isend(p_out, right)
+        side, late = torch.cuda.Stream(), torch.empty(n, dtype=torch.bfloat16, device=dev)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(50_000_000)
+            late.fill_(-1)
+            w_recv = dist.irecv(late, left)
+        w_send.wait()
+        w_recv.wait()
+        torch.cuda.synchronize()
+        check(f"irecv after the caller's side stream n={n}", same(late.cpu(), data(left, n, torch.bfloat16, 13), True))
         if rank == 0:
             got_from = set()
             for _ in range(world - 1):
