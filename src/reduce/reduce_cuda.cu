@@ -14,21 +14,30 @@ struct Sources {
   const void* p[kMaxSources];
 };
 
-// Element i of the reduction, in the accumulator's type.
+// One source's element in the accumulator's type, scaled where the op premultiplies; and the
+// accumulated value stored, divided where the op averages. Both kernels combine through these.
+template <class T, ReduceOp Op>
+__device__ __forceinline__ typename Traits<T>::Acc load_scaled(T v, double factor) {
+  using Acc = typename Traits<T>::Acc;
+  Acc a = Traits<T>::load(v);
+  if constexpr (Op == ReduceOp::premul_sum) a = a * static_cast<Acc>(factor);
+  return a;
+}
+template <class T, ReduceOp Op>
+__device__ __forceinline__ T store_result(typename Traits<T>::Acc acc, int divisor) {
+  if constexpr (Op == ReduceOp::avg) acc = acc / static_cast<typename Traits<T>::Acc>(divisor);
+  return Traits<T>::store(acc);
+}
+template <class T, ReduceOp Op>
+using CombineFor = Combine<Op, std::is_same_v<T, bool_t>>;
+
+// Element i of the reduction.
 template <class T, ReduceOp Op>
 __device__ __forceinline__ T reduce_element(const Sources& srcs, int nsrc, size_t i, double factor, int divisor) {
-  using Tr = Traits<T>;
-  using Acc = typename Tr::Acc;
-  using C = Combine<Op, std::is_same_v<T, bool_t>>;
-  Acc acc = Tr::load(static_cast<const T*>(srcs.p[0])[i]);
-  if constexpr (Op == ReduceOp::premul_sum) acc = acc * static_cast<Acc>(factor);
-  for (int s = 1; s < nsrc; ++s) {
-    Acc v = Tr::load(static_cast<const T*>(srcs.p[s])[i]);
-    if constexpr (Op == ReduceOp::premul_sum) v = v * static_cast<Acc>(factor);
-    acc = C::apply(acc, v);
-  }
-  if constexpr (Op == ReduceOp::avg) acc = acc / static_cast<Acc>(divisor);
-  return Tr::store(acc);
+  auto acc = load_scaled<T, Op>(static_cast<const T*>(srcs.p[0])[i], factor);
+  for (int s = 1; s < nsrc; ++s)
+    acc = CombineFor<T, Op>::apply(acc, load_scaled<T, Op>(static_cast<const T*>(srcs.p[s])[i], factor));
+  return store_result<T, Op>(acc, divisor);
 }
 
 // One element per thread and load: the kernel that ran on the H100 (docs/gpu.md).
@@ -52,9 +61,7 @@ union Vector {
 template <class T, ReduceOp Op>
 __global__ void reduce_vector_kernel(T* dst, Sources srcs, int nsrc, VectorSplit split, double factor,
                                      int divisor) {
-  using Tr = Traits<T>;
-  using Acc = typename Tr::Acc;
-  using C = Combine<Op, std::is_same_v<T, bool_t>>;
+  using Acc = typename Traits<T>::Acc;
   constexpr size_t kPer = kVectorBytes / sizeof(T);
   const size_t first = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -68,25 +75,15 @@ __global__ void reduce_vector_kernel(T* dst, Sources srcs, int nsrc, VectorSplit
     in.raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(srcs.p[0]) + at);
     Acc acc[kPer];
 #pragma unroll
-    for (size_t e = 0; e < kPer; ++e) {
-      acc[e] = Tr::load(in.e[e]);
-      if constexpr (Op == ReduceOp::premul_sum) acc[e] = acc[e] * static_cast<Acc>(factor);
-    }
+    for (size_t e = 0; e < kPer; ++e) acc[e] = load_scaled<T, Op>(in.e[e], factor);
     for (int s = 1; s < nsrc; ++s) {
       in.raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(srcs.p[s]) + at);
 #pragma unroll
-      for (size_t e = 0; e < kPer; ++e) {
-        Acc x = Tr::load(in.e[e]);
-        if constexpr (Op == ReduceOp::premul_sum) x = x * static_cast<Acc>(factor);
-        acc[e] = C::apply(acc[e], x);
-      }
+      for (size_t e = 0; e < kPer; ++e) acc[e] = CombineFor<T, Op>::apply(acc[e], load_scaled<T, Op>(in.e[e], factor));
     }
     Vector<T> out;
 #pragma unroll
-    for (size_t e = 0; e < kPer; ++e) {
-      if constexpr (Op == ReduceOp::avg) acc[e] = acc[e] / static_cast<Acc>(divisor);
-      out.e[e] = Tr::store(acc[e]);
-    }
+    for (size_t e = 0; e < kPer; ++e) out.e[e] = store_result<T, Op>(acc[e], divisor);
     *reinterpret_cast<uint4*>(dst + at) = out.raw;
   }
 }

@@ -162,8 +162,7 @@ class CudaIpcWindows final : public PeerWindows {
     if (const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
       (void)cudaGetLastError();
       // The GPU number is the peer process's own (its CUDA_VISIBLE_DEVICES may differ).
-      const std::string what = std::string("smddp: cuda: cudaIpcOpenMemHandle failed: ") + cudaGetErrorName(e) + " (" +
-                               cudaGetErrorString(e) + ") for local rank " + std::to_string(peer) +
+      const std::string what = cuda::failure(e, "cudaIpcOpenMemHandle") + " for local rank " + std::to_string(peer) +
                                "'s memory, from GPU " + std::to_string(dev_.ordinal());
       if (unreachable(e)) throw PeerUnreachable(what);
       throw SystemError(what);

@@ -11,13 +11,18 @@
 
 namespace smddp::device::cuda {
 
-// Throws SystemError "smddp: cuda: <what> failed: <CUDA's message>" unless `e` is success, and
-// clears CUDA's sticky last error so the next call does not report this one again.
+// "smddp: cuda: <what> failed: <CUDA's name> (<CUDA's message>)", for check() and for callers
+// that throw other kinds of error.
+inline std::string failure(cudaError_t e, const char* what) {
+  return std::string("smddp: cuda: ") + what + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+}
+
+// Throws SystemError(failure(e, what)) unless `e` is success, and clears CUDA's sticky last error
+// so the next call does not report this one again.
 inline void check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
   (void)cudaGetLastError();
-  throw SystemError(std::string("smddp: cuda: ") + what + " failed: " + cudaGetErrorName(e) + " (" +
-                    cudaGetErrorString(e) + ")");
+  throw SystemError(failure(e, what));
 }
 
 // True if GPU `ordinal`'s primary context is active (the driver's cuDevicePrimaryCtxGetState).
