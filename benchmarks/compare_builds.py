@@ -9,18 +9,21 @@ builds have some.
 
     benchmarks/compare_builds.py BASE/smddp-perf NEW/smddp-perf [--rounds 5] [--np 2,4]
         [--colls allreduce,reduce_scatter,allgather] [--min 256K] [--max 64M] [--factor 4]
-        [--warmup 5] [--iters 20] [--labels base,new] [--busy] [--in-place]
+        [--warmup 5] [--iters 20] [--labels base,new] [--busy] [--in-place] [--launcher CMD]
 
 --busy runs every launch beside one busy process per CPU (smddp-perf -H 1, #18). The worst
 columns show the slowest run of each build: a change to how ranks wait shows in the tail first.
 --in-place runs the allreduces in place (smddp-perf -i 1), as torch's all_reduce and DDP's buckets
 do: out of place, with an input nobody rewrites, the two can rank algorithms differently
 (docs/performance.md, "In place, as torch runs it").
+--launcher runs each smddp-perf under a command, e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu"
+for a cross-built one (the aarch64 step of tools/test-all).
 
 Prints a markdown table; exits non-zero only if a run fails or reports wrong results (never on
 a timing: CI never fails on speed).
 """
 import argparse
+import shlex
 import statistics
 import subprocess
 import sys
@@ -29,7 +32,7 @@ FAST_C2C_NS = 100
 
 
 def run(perf, coll, np_, a):
-    cmd = [perf, "-np", str(np_), "-c", coll, "-b", a.min, "-e", a.max, "-f", str(a.factor), "-w", str(a.warmup),
+    cmd = shlex.split(a.launcher) + [perf, "-np", str(np_), "-c", coll, "-b", a.min, "-e", a.max, "-f", str(a.factor), "-w", str(a.warmup),
            "-n", str(a.iters)] + (["-H", "1"] if a.busy else []) + (["-i", "1"] if a.in_place and coll == "allreduce" else [])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
@@ -69,6 +72,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--labels", default="base,new")
     ap.add_argument("--busy", action="store_true", help="beside one busy process per CPU (smddp-perf -H 1)")
+    ap.add_argument("--launcher", default="", help="a command to run each smddp-perf under (an emulator)")
     ap.add_argument("--in-place", action="store_true",
                     help="allreduce in place, as torch and DDP run it (smddp-perf -i 1; both builds need it)")
     a = ap.parse_args()

@@ -2,6 +2,7 @@
 #include "smddp/communicator.h"
 
 #include "core/communicator_impl.h"
+#include "core/cpu_relax.h"
 #include "core/fingerprint.h"
 
 namespace smddp {
@@ -62,11 +63,7 @@ void Work::wait() const {
         engine->expedite(state_.get());  // queued behind others, unwoken: do not sit out a tick
       }
   // Short spin first: collectives that ran inline are already done, small ones finish quickly.
-  for (int i = 0; i < 200 && !state_->done.load(std::memory_order_acquire); ++i) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
+  for (int i = 0; i < 200 && !state_->done.load(std::memory_order_acquire); ++i) cpu_relax();
   std::unique_lock<std::mutex> lk(state_->mu);
   state_->cv.wait(lk, [&] { return state_->done.load(std::memory_order_acquire); });
   if (state_->error) throw_copy_of(state_->error);

@@ -12,8 +12,10 @@
 #include "smddp/errors.h"
 
 namespace smddp::reduce {
+#if defined(__x86_64__)
 namespace avx512 { void reduce(const ReduceArgs& a); }
 namespace avx2 { void reduce(const ReduceArgs& a); }
+#endif
 namespace scalar { void reduce(const ReduceArgs& a); }
 }  // namespace smddp::reduce
 
@@ -81,10 +83,14 @@ struct Isa {
 };
 
 std::vector<Isa> isas() {
+#if defined(__x86_64__)
   __builtin_cpu_init();
   return {{"scalar", scalar::reduce, true},
           {"avx2", avx2::reduce, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},
           {"avx512", avx512::reduce, __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")}};
+#else
+  return {{"scalar", scalar::reduce, true}};
+#endif
 }
 
 TEST(ReduceKernels, EveryIsaDtypeOpMatchesScalarLoop) {

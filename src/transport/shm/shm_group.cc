@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/cpu_relax.h"
 #include "core/failure_record.h"
 #include "device/host_copy.h"
 #include "smddp/errors.h"
@@ -60,14 +61,6 @@ uint64_t fingerprint_hash(const uint64_t* words, size_t n) {
   h = (h ^ (h >> 32)) * 0xd6e8feb86659fd93ULL;  // the top bits of a product depend on every bit
   const uint64_t top = h >> kHashShift;          // 24 bits
   return top ? top : 1;                          // never 0: 0 means "nothing announced"
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 uint64_t pid_namespace_id() {
