@@ -31,6 +31,10 @@ std::unique_ptr<Device> cuda_device(int ordinal);
 // Peer windows over CUDA IPC for device memory of the node's other processes, read by the
 // copy engines on `dev`'s stream (dev: made by cuda_device). docs/gpu.md has the protocol.
 std::unique_ptr<PeerWindows> cuda_ipc_windows(Device& dev);
+// How many peer allocations `windows` (made by cuda_ipc_windows) has opened with
+// cudaIpcOpenMemHandle so far: the handle cache's test, which a mapped address alone cannot be
+// (the driver hands out the same address to a second open of one handle).
+size_t cuda_ipc_opens(const PeerWindows& windows);
 
 // Stream order with the caller (Memory::stream): cuda_event_after records an event on `stream`
 // (a cudaStream_t of GPU `device`) on the calling thread, so it marks the work queued there so

@@ -221,7 +221,9 @@ TEST(GpuWindows, ExposeRefusesHostMemoryAndCachesPeerHandles) {
     const auto theirs = store->get("desc" + std::to_string(1 - rank), std::chrono::seconds(60));
     const auto a = windows->open(1 - rank, reinterpret_cast<const std::byte*>(theirs.data()));
     const auto b = windows->open(1 - rank, reinterpret_cast<const std::byte*>(theirs.data()));
-    if (a.mapped != b.mapped || !a.mapped) rep.fail("a peer's buffer opened twice mapped twice (no cache)");
+    if (a.mapped != b.mapped || !a.mapped) rep.fail("a peer's buffer opened twice came back at two addresses");
+    if (const size_t n = device::cuda_ipc_opens(*windows); n != 1)
+      rep.fail("a peer's buffer opened twice called cudaIpcOpenMemHandle " + std::to_string(n) + " times (no cache)");
     OpInfo op;
     op.name = "test";
     std::vector<float> got(4, 0);

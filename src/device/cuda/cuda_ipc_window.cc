@@ -74,6 +74,7 @@ class CudaIpcWindows final : public PeerWindows {
     for (auto& e : lru_) cudaIpcCloseMemHandle(e.mapped);
   }
   const char* name() const override { return "cuda_ipc"; }
+  size_t opens() const { return opens_; }
 
   bool expose(const void* p, size_t bytes, std::byte* desc) override {
     cudaPointerAttributes attr{};
@@ -167,6 +168,7 @@ class CudaIpcWindows final : public PeerWindows {
       if (unreachable(e)) throw PeerUnreachable(what);
       throw SystemError(what);
     }
+    ++opens_;
     lru_.push_front({key, static_cast<std::byte*>(p)});
     index_[key] = lru_.begin();
     if (lru_.size() > kCacheEntries) {
@@ -180,6 +182,7 @@ class CudaIpcWindows final : public PeerWindows {
   cuda::StreamDevice& dev_;
   std::list<Entry> lru_;
   std::map<Key, std::list<Entry>::iterator> index_;
+  size_t opens_ = 0;
 };
 
 }  // namespace
@@ -188,6 +191,12 @@ std::unique_ptr<PeerWindows> cuda_ipc_windows(Device& dev) {
   auto* s = dynamic_cast<cuda::StreamDevice*>(&dev);
   if (!s) throw InvalidArgument(std::string("smddp: cuda IPC windows need a cuda device, not ") + dev.name());
   return std::make_unique<CudaIpcWindows>(*s);
+}
+
+size_t cuda_ipc_opens(const PeerWindows& windows) {
+  const auto* w = dynamic_cast<const CudaIpcWindows*>(&windows);
+  if (!w) throw InvalidArgument(std::string("smddp: cuda_ipc_opens needs cuda IPC windows, not ") + windows.name());
+  return w->opens();
 }
 
 }  // namespace smddp::device

@@ -24,6 +24,7 @@ std::unique_ptr<Device> cuda_device(int ordinal) {
   unavailable();
 }
 std::unique_ptr<PeerWindows> cuda_ipc_windows(Device&) { unavailable(); }
+size_t cuda_ipc_opens(const PeerWindows&) { unavailable(); }
 std::shared_ptr<void> cuda_event_after(void*, int) { unavailable(); }
 void cuda_wait(Device&, const void*) { unavailable(); }
 void* cuda_stream(Device&) { unavailable(); }
