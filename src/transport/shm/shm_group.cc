@@ -110,6 +110,11 @@ std::string ranks_str(const std::vector<int>& v) {
 }
 }  // namespace
 
+// Atomics that other processes read through the segment must be lock-free: a lock-based
+// std::atomic keeps its lock in this process, where the others cannot see it.
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free &&
+              std::atomic<int32_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
+
 struct Group::Header {
   uint64_t magic;
   uint32_t size;
@@ -295,7 +300,9 @@ void Group::arrive() {
 
 // Publisher side of the eventcount (see Header). The fence orders this rank's store before its
 // read of `sleepers`; a sleeper orders its count before its read of the words it waits on. So
-// either the sleeper sees the store or this rank sees the sleeper.
+// either the sleeper sees the store or this rank sees the sleeper. Both fences are the StoreLoad
+// barrier the pattern needs and release/acquire alone do not give (x86's store buffer, and Arm's
+// LDAPR, which may read before an earlier release store lands): never "redundant".
 void Group::ring(bool always) {
   Header* h = header();
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -311,8 +318,10 @@ void Group::sleep_until_rung(Ready ready, std::chrono::nanoseconds timeout) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
   // A ring after `seen` makes the futex return at once; one before it came after the store
-  // ready() reads, so ready() sees it.
-  if (!ready()) futex_wait(&h->doorbell, seen, timeout);
+  // ready() reads, so ready() sees it. abort() rings too, after its word: an abort that rang
+  // between the caller's last look at that word and `seen` is seen here, or the waiter would
+  // sleep out its whole timeout (up to the 20 ms liveness check) before it noticed.
+  if (!ready() && !aborted()) futex_wait(&h->doorbell, seen, timeout);
   h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
@@ -428,7 +437,8 @@ int Group::lost_rank(const std::vector<int>& ranks, std::string* why) const {
       return r;
     }
     int pid = c->pid.load(std::memory_order_acquire);
-    if (c->pidns == pidns_ && process_dead(pid)) {
+    // pidns is written before pid is published: read it only once a pid is there.
+    if (pid > 0 && c->pidns == pidns_ && process_dead(pid)) {
       *why = "died (pid " + std::to_string(pid) + ")";
       return r;
     }
