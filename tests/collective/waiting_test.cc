@@ -105,6 +105,13 @@ bool pin_process_to(int cpu) {
   return ok;
 }
 
+// Barriers enough that every rank has published the CPU it arrives from: where reading the CPU
+// is a system call (no rseq area: aarch64 with glibc before 2.35, qemu-user) a rank publishes it
+// every 16th time only (Group::publish_cpu).
+void arrive_until_cpu_published(Communicator& c) {
+  for (int i = 0; i < 16; ++i) c.barrier().wait();
+}
+
 // Two ranks stacked on one CPU although their communicator was made where they had two, so
 // that their waits spin first (here: pinned there after the communicator exists; the scheduler
 // does it beside busy processes). A waiter that spun on would hold the CPU its peer needs until
@@ -132,7 +139,7 @@ TEST(Waiting, RanksStackedOnOneCpuDoNotSpinOnEachOther) {
     float f = 1;
     c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
     if (!pin_process_to(cpu)) rep.fail("could not pin rank " + std::to_string(rank) + " to CPU " + std::to_string(cpu));
-    for (int i = 0; i < 16; ++i) c.barrier().wait();  // the pinned CPU published (every 16th time without rseq)
+    arrive_until_cpu_published(c);
     const double before = process_cpu_ms();
     constexpr int kRounds = 200;
     for (int i = 0; i < kRounds; ++i) {
@@ -178,9 +185,7 @@ TEST_P(StackedWaiter, MovesAndSpinsOnOrSleepsAsSet) {
     float f = 1;
     c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
     if (!pin_process_to(cpu)) rep.fail("could not pin rank " + std::to_string(rank));
-    // Both arrive from `cpu`. Where reading the CPU is a system call (no rseq area: aarch64 with
-    // glibc before 2.35, qemu-user) a rank publishes it every 16th time only: 16 barriers.
-    for (int i = 0; i < 16; ++i) c.barrier().wait();
+    arrive_until_cpu_published(c);  // both from `cpu`
     if (!set_process_affinity(mine)) rep.fail("could not widen rank " + std::to_string(rank) + "'s affinity");
     // Past the millisecond that must lie between two moves (one may have happened in the barrier).
     if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
