@@ -13,3 +13,7 @@ set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;${SMDDP_TARGET_ROOT})
+# pkg-config reads the target's .pc files only, never the build machine's: without this the x86-64
+# libfabric-dev was "found" (with its version) and then could not be linked for aarch64.
+set(ENV{PKG_CONFIG_LIBDIR} "${SMDDP_TARGET_ROOT}/lib/pkgconfig:/usr/lib/aarch64-linux-gnu/pkgconfig")
+set(ENV{PKG_CONFIG_PATH} "")

@@ -82,6 +82,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
   device::host_copy_kind();     // and a bad SMDDP_HOST_COPY
   algorithms::host_window_mode();  // and SMDDP_HOST_WINDOW
+  reduce::isa();                   // and SMDDP_REDUCE_ISA
   overrides_ = algorithms::parse_overrides(options_.algorithms);
   topo_ = topology::discover(*store_, rank, size, options_.timeout);
   multi_node_ = topo_.num_nodes() > 1;

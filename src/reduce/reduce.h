@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "smddp/types.h"
 
@@ -25,7 +26,12 @@ struct ReduceArgs {
 void reduce(const ReduceArgs& a);
 
 // Name of the implementation in use: "avx512", "avx2" or "scalar" (SMDDP_REDUCE_ISA can force
-// a lower one, for benchmarks and tests).
+// a lower one, for benchmarks and tests). Throws InvalidArgument for a bad SMDDP_REDUCE_ISA.
 const char* isa();
+
+// The kernels SMDDP_REDUCE_ISA's value `force` ("": the best) picks where the AVX kernels were
+// built (x86-64) or not, on a CPU with or without AVX2+FMA and AVX-512F/BW. A value it does not
+// know, or one this build or CPU cannot run, is an InvalidArgument naming it, not a quiet fallback.
+const char* choose_isa(const std::string& force, bool avx_built, bool has_avx2, bool has_avx512);
 
 }  // namespace smddp::reduce

@@ -12,22 +12,42 @@ namespace avx2 { void reduce(const ReduceArgs& a); }
 #endif
 namespace scalar { void reduce(const ReduceArgs& a); }
 
+const char* choose_isa(const std::string& force, bool avx_built, bool has_avx2, bool has_avx512) {
+  const std::string what = "smddp: SMDDP_REDUCE_ISA is '" + force + "'";
+  if (force == "scalar") return "scalar";
+  if (force == "avx512" || force == "avx2") {
+    if (!avx_built)
+      throw InvalidArgument(what + ", but this build has only the portable kernels (the AVX ones are built for x86-64 "
+                                   "alone); unset it or set scalar");
+    if (force == "avx512" && !has_avx512)
+      throw InvalidArgument(what + ", but this CPU lacks AVX-512F/BW; unset it for the best this CPU has");
+    if (force == "avx2" && !has_avx2)
+      throw InvalidArgument(what + ", but this CPU lacks AVX2/FMA; unset it for the best this CPU has");
+    return force == "avx512" ? "avx512" : "avx2";
+  }
+  if (!force.empty()) throw InvalidArgument(what + "; known: avx512, avx2, scalar");
+  return has_avx512 ? "avx512" : has_avx2 ? "avx2" : "scalar";
+}
+
 namespace {
 struct Choice {
   void (*fn)(const ReduceArgs&);
   const char* name;
 };
 
+// Scalar everywhere; the AVX kernels only where they were built and the CPU runs them.
 Choice choose() {
-  std::string force = config::get_string("SMDDP_REDUCE_ISA");
-  if (force == "scalar") return {scalar::reduce, "scalar"};
+  bool avx2_ok = false, avx512_ok = false, built = false;
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  bool has512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (force == "avx2" && has2) return {avx2::reduce, "avx2"};
-  if (has512 && (force.empty() || force == "avx512")) return {avx512::reduce, "avx512"};
-  if (has2) return {avx2::reduce, "avx2"};
+  built = true;
+  avx512_ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  avx2_ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  const std::string name = choose_isa(config::get_string("SMDDP_REDUCE_ISA"), built, avx2_ok, avx512_ok);
+#if defined(__x86_64__)
+  if (name == "avx512") return {avx512::reduce, "avx512"};
+  if (name == "avx2") return {avx2::reduce, "avx2"};
 #endif
   return {scalar::reduce, "scalar"};  // elsewhere the compiler's vectors for the target's baseline
 }

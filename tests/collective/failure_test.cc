@@ -77,6 +77,18 @@ TEST(Failure, BadAlgorithmNameIsRejected) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// A misspelt SMDDP_REDUCE_ISA fails the communicator's construction with its name, as a bad
+// SMDDP_ALGO does, instead of the first reduction (or never, falling back to other kernels).
+TEST(Failure, BadReduceIsaIsRejectedAtConstruction) {
+  RunOptions ro;
+  ro.env = {{"SMDDP_REDUCE_ISA", "avx"}};
+  auto res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    expect_throw<InvalidArgument>(rep, "bad SMDDP_REDUCE_ISA", [&] { Communicator c(store, rank, w, Options{}); },
+                                  "SMDDP_REDUCE_ISA is 'avx'; known: avx512, avx2, scalar");
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 #ifndef SMDDP_HAVE_LIBFABRIC
 // A build without libfabric (SMDDP_WITH_LIBFABRIC=OFF, or no libfabric-dev) runs within one node
 // and says so, on every rank, when the ranks span nodes.

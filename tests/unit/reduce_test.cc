@@ -176,4 +176,33 @@ TEST(ReduceKernels, UnsupportedCombinationThrows) {
   EXPECT_THROW(reduce::reduce({&x, s, 1, 1, DataType::f32, ReduceOp::band, 1}), InvalidArgument);
 }
 
+// SMDDP_REDUCE_ISA: the best by default; a forced value that this build or CPU cannot run, or a
+// misspelt one, is an error that names it instead of quietly running other kernels.
+TEST(ReduceKernels, ForcedIsaIsCheckedAgainstTheBuildAndTheCpu) {
+  EXPECT_STREQ(choose_isa("", true, true, true), "avx512");
+  EXPECT_STREQ(choose_isa("", true, true, false), "avx2");
+  EXPECT_STREQ(choose_isa("", true, false, false), "scalar");
+  EXPECT_STREQ(choose_isa("", false, false, false), "scalar");
+  EXPECT_STREQ(choose_isa("avx2", true, true, true), "avx2");
+  EXPECT_STREQ(choose_isa("avx512", true, true, true), "avx512");
+  EXPECT_STREQ(choose_isa("scalar", true, true, true), "scalar");
+  EXPECT_STREQ(choose_isa("scalar", false, false, false), "scalar");
+  const auto refused = [](const char* force, bool built, bool has2, bool has512, const std::string& words) {
+    try {
+      choose_isa(force, built, has2, has512);
+      ADD_FAILURE() << force << ": no exception";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("SMDDP_REDUCE_ISA is '") + force + "'"), std::string::npos)
+          << e.what();
+    }
+  };
+  refused("avx512", true, true, false, "this CPU lacks AVX-512F/BW");
+  refused("avx2", true, false, false, "this CPU lacks AVX2/FMA");
+  refused("avx2", false, false, false, "only the portable kernels");
+  refused("avx512", false, false, false, "only the portable kernels");
+  refused("AVX2", true, true, true, "known: avx512, avx2, scalar");
+  refused("sse", true, true, true, "known: avx512, avx2, scalar");
+}
+
 }  // namespace
