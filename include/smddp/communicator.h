@@ -134,14 +134,16 @@ class Communicator {
                  const std::vector<size_t>& send_displs, void* recv,
                  const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
                  DataType type, Memory memory = {});
-  // Point to point, host memory only (CUDA buffers: the collectives). Messages between a pair
-  // of ranks are matched in order; tags must agree.
-  Work send(const void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
-  Work recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0);
+  // Point to point. Messages between a pair of ranks are matched in order; tags must agree. On
+  // CUDA memory (`memory`) the bytes travel through page-locked host copies made by the GPU's
+  // copy engines after the work queued on memory.stream at the call; either side may use host
+  // or CUDA memory, whatever the other uses.
+  Work send(const void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0, Memory memory = {});
+  Work recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0, Memory memory = {});
   // Receives the next message with `tag` from whichever rank sends one (MPI_ANY_SOURCE);
   // Work::source() tells which. Across nodes a message is at most the libfabric provider's
   // largest single message (InvalidArgument beyond it).
-  Work recv_any(void* buffer, size_t count, DataType type, uint32_t tag = 0);
+  Work recv_any(void* buffer, size_t count, DataType type, uint32_t tag = 0, Memory memory = {});
   // `timeout` > 0 replaces Options::timeout for this barrier (PyTorch's monitored_barrier).
   Work barrier(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 

@@ -2,9 +2,6 @@
 // send/recv, barriers.
 #include "backend.h"
 #include "tensor_args.h"
-#ifdef SMDDP_TORCH_CUDA
-#include "cuda_glue.h"
-#endif
 
 namespace smddp::torch_backend {
 
@@ -16,25 +13,6 @@ at::Tensor flatten(const std::vector<at::Tensor>& ts) {
   std::vector<at::Tensor> parts;
   for (auto& t : ts) parts.push_back(t.reshape({-1}));
   return at::cat(parts);
-}
-
-// The core's point-to-point moves host memory, so a CUDA tensor goes through a host copy: for a
-// send, made by a synchronous copy after the work queued so far on the caller's stream; for a
-// receive, copied into the tensor on its GPU before the work completes (finish()).
-at::Tensor host_copy_of(const at::Tensor& t) {
-  return t.to(t.options().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
-}
-// What a receive lands in: the tensor itself, or for a CUDA tensor a (contiguous) host buffer,
-// copied into the tensor after the work the caller queued before the receive.
-at::Tensor receive_buffer(const at::Tensor& t, Pending& p) {
-  p.outputs.push_back(t);
-  if (!t.is_cuda()) return t;
-  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
-  p.keep_alive.push_back(host);
-#ifdef SMDDP_TORCH_CUDA
-  p.finalizers.push_back([out = t, host, on_stream = after_current_stream(t)] { on_stream([&] { out.copy_(host); }); });
-#endif
-  return host;
 }
 
 // Copies consecutive pieces of `flat` into `outs`.
@@ -323,14 +301,15 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall(std::vector<at::Ten
   });
 }
 
+// Point to point on CUDA tensors: the core stages them through host memory, on its own stream
+// after the caller's current one (p2p_staging.h), so neither call blocks the host.
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   return guarded("send", [&] {
     check_single(tensors, "send", getRank());
-    const at::Tensor t = tensors[0].is_cuda() ? host_copy_of(tensors[0]) : tensors[0];
-    Elems e = movement_elems(t);
-    Staged s = stage(t);
+    Elems e = movement_elems(tensors[0]);
+    Staged s = stage(tensors[0]);
     Pending p;
-    p.ops.push_back(comm_->send(s.data(), e.count, e.dtype, dst, static_cast<uint32_t>(tag)));
+    p.ops.push_back(comm_->send(s.data(), e.count, e.dtype, dst, static_cast<uint32_t>(tag), memory_of(s.tensor)));
     p.keep_alive.push_back(s.tensor);
     return finish(::c10d::OpType::SEND, std::move(p));
   });
@@ -339,13 +318,13 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::send(std::vector<at::Tensor>
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   return guarded("recv", [&] {
     check_single(tensors, "recv", getRank());
+    Elems e = movement_elems(tensors[0]);
+    Staged s = stage(tensors[0]);
     Pending p;
-    const at::Tensor buf = receive_buffer(tensors[0], p);
-    Elems e = movement_elems(buf);
-    Staged s = stage(buf);
-    p.ops.push_back(comm_->recv(s.data(), e.count, e.dtype, src, static_cast<uint32_t>(tag)));
+    p.ops.push_back(comm_->recv(s.data(), e.count, e.dtype, src, static_cast<uint32_t>(tag), memory_of(s.tensor)));
+    p.outputs.push_back(tensors[0]);
     p.keep_alive.push_back(s.tensor);
-    if (s.copied) p.finalizers.push_back([s] { s.copy_back(); });  // CPU tensors only: receive_buffer's are contiguous
+    if (s.copied) p.finalizers.push_back([s] { s.copy_back(); });
     return finish(::c10d::OpType::RECV, std::move(p));
   });
 }
@@ -353,14 +332,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recv(std::vector<at::Tensor>
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   return guarded("recv", [&] {
     check_single(tensors, "recv", getRank());
+    Elems e = movement_elems(tensors[0]);
+    Staged s = stage(tensors[0]);
     Pending p;
-    const at::Tensor buf = receive_buffer(tensors[0], p);
-    Elems e = movement_elems(buf);
-    Staged s = stage(buf);
-    smddp::Work w = comm_->recv_any(s.data(), e.count, e.dtype, static_cast<uint32_t>(tag));
+    smddp::Work w = comm_->recv_any(s.data(), e.count, e.dtype, static_cast<uint32_t>(tag), memory_of(s.tensor));
     p.ops.push_back(w);
+    p.outputs.push_back(tensors[0]);
     p.keep_alive.push_back(s.tensor);
-    if (s.copied) p.finalizers.push_back([s] { s.copy_back(); });  // CPU tensors only: receive_buffer's are contiguous
+    if (s.copied) p.finalizers.push_back([s] { s.copy_back(); });
     auto work = finish(::c10d::OpType::RECVANYSOURCE, std::move(p));
     static_cast<SmddpWork*>(work.get())->set_source([w] { return w.source(); });
     return work;

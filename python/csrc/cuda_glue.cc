@@ -2,11 +2,8 @@
 // -fsyntax-only against both Debian suites' c10/cuda headers).
 #include "cuda_glue.h"
 
-#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-
-#include <memory>
 
 namespace smddp::torch_backend {
 
@@ -24,23 +21,6 @@ void run_on_cuda_device(int device, const std::function<void()>& f) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   f();
   c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).synchronize();
-}
-
-std::function<void(const std::function<void()>&)> after_current_stream(const at::Tensor& t) {
-  const c10::DeviceIndex d = t.device().index();
-  c10::cuda::CUDAGuard guard(d);
-  auto ready = std::make_shared<at::cuda::CUDAEvent>();
-  ready->record(c10::cuda::getCurrentCUDAStream(d));
-  return [d, ready](const std::function<void()>& f) {
-    c10::cuda::CUDAGuard on_gpu(d);
-    // A pool stream (non-blocking): not the legacy default stream, which would also wait for
-    // everything the caller queued on torch's default stream since.
-    c10::cuda::CUDAStream s = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, d);
-    ready->block(s);
-    c10::cuda::CUDAStreamGuard on_stream(s);
-    f();
-    s.synchronize();
-  };
 }
 
 }  // namespace smddp::torch_backend

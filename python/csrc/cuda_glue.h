@@ -27,11 +27,4 @@ Memory cuda_memory(const at::Tensor& t);
 // engine thread's stream is not the caller's, so completion must mean landed).
 void run_on_cuda_device(int device, const std::function<void()>& f);
 
-// For a write into `t` made later on another thread (a receive's copy from its host buffer):
-// records, now, where the caller's current stream of `t`'s GPU has got to, and returns a function
-// that runs `f` on a stream of that GPU made to wait for it first, and returns once f's work
-// there has finished. Without it the write could land before work the caller queued earlier
-// that still reads or writes `t` (a side stream does not wait for the engine thread's).
-std::function<void(const std::function<void()>&)> after_current_stream(const at::Tensor& t);
-
 }  // namespace smddp::torch_backend

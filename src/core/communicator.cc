@@ -289,27 +289,27 @@ Work Communicator::alltoallv(const void* send, const std::vector<size_t>& send_c
   return impl_->collective(std::move(a));
 }
 
-Work Communicator::send(const void* buffer, size_t count, DataType type, int peer, uint32_t tag) {
+Work Communicator::send(const void* buffer, size_t count, DataType type, int peer, uint32_t tag, Memory memory) {
   impl_->check_dtype(type, "send");
   impl_->check_rank(peer, "peer", "send");
   impl_->check_count(count, 1, type, "send");
   impl_->check_buffer(buffer, count, "send", "send");
-  return impl_->send(buffer, count * dtype_size(type), peer, tag);
+  return impl_->send(buffer, count * dtype_size(type), peer, tag, memory);
 }
 
-Work Communicator::recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag) {
+Work Communicator::recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag, Memory memory) {
   impl_->check_dtype(type, "recv");
   impl_->check_rank(peer, "peer", "recv");
   impl_->check_count(count, 1, type, "recv");
   impl_->check_buffer(buffer, count, "recv", "recv");
-  return impl_->recv(buffer, count * dtype_size(type), peer, tag);
+  return impl_->recv(buffer, count * dtype_size(type), peer, tag, memory);
 }
 
-Work Communicator::recv_any(void* buffer, size_t count, DataType type, uint32_t tag) {
+Work Communicator::recv_any(void* buffer, size_t count, DataType type, uint32_t tag, Memory memory) {
   impl_->check_dtype(type, "recv");
   impl_->check_count(count, 1, type, "recv");
   impl_->check_buffer(buffer, count, "recv", "recv");
-  return impl_->recv_any(buffer, count * dtype_size(type), tag);
+  return impl_->recv_any(buffer, count * dtype_size(type), tag, memory);
 }
 
 Work Communicator::barrier(std::chrono::milliseconds timeout) {

@@ -86,6 +86,15 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   overrides_ = algorithms::parse_overrides(options_.algorithms);
   topo_ = topology::discover(*store_, rank, size, options_.timeout);
   multi_node_ = topo_.num_nodes() > 1;
+  // Host copies of CUDA buffers (host_staging.h, p2p_staging.h): page-locked where CUDA is, so
+  // the device's copies run at full speed and without the driver's own staging; across nodes
+  // also registered with the network (below).
+  algorithms::ScratchPool::Hook cuda_copy_on = [](const void* p, size_t n) {
+    device::cuda_register_host(const_cast<void*>(p), n);
+  };
+  algorithms::ScratchPool::Hook cuda_copy_off = [](const void* p, size_t) {
+    device::cuda_unregister_host(const_cast<void*>(p));
+  };
   SMDDP_LOG(INFO, rank) << "topology: " << topo_.describe();
   if (multi_node_) {
 #ifdef SMDDP_HAVE_LIBFABRIC
@@ -111,17 +120,15 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       ep->unregister_region(p);
     };
     scratch_ = std::make_unique<algorithms::ScratchPool>(to_net, off_net);
-    // Host copies of CUDA buffers (host_staging.h): also page-locked where CUDA is, so the
-    // device's copies run at full speed and without the driver's own staging.
-    staging_pool_ = std::make_unique<algorithms::ScratchPool>(
-        [to_net](const void* p, size_t n) {
-          device::cuda_register_host(const_cast<void*>(p), n);
-          to_net(p, n);
-        },
-        [off_net](const void* p, size_t n) {
-          off_net(p, n);
-          device::cuda_unregister_host(const_cast<void*>(p));
-        });
+    cuda_copy_on = [to_net](const void* p, size_t n) {
+      device::cuda_register_host(const_cast<void*>(p), n);
+      to_net(p, n);
+    };
+    cuda_copy_off = [off_net](const void* p, size_t n) {
+      off_net(p, n);
+      device::cuda_unregister_host(const_cast<void*>(p));
+    };
+    staging_pool_ = std::make_unique<algorithms::ScratchPool>(cuda_copy_on, cuda_copy_off);
 #else
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": the ranks span " + topo_.describe() +
                           ", but this build has no libfabric transport (SMDDP_WITH_LIBFABRIC=OFF)");
@@ -130,6 +137,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(topo_.oversubscribed()), options_.timeout);
   }
   if (!scratch_) scratch_ = std::make_unique<algorithms::ScratchPool>();
+  p2p_staging_ = std::make_unique<P2pStagingPool>(cuda_copy_on, cuda_copy_off, kScratchKeep);
   windows_ = device::cma_windows([g = shm_.get()](int r) { return g->pid_of(r); });
   shm_->set_disagreement_handler([this](const std::vector<Fingerprint>& all) {
     const std::vector<int> global = multi_node_ ? topo_.local_ranks() : std::vector<int>{};
@@ -420,13 +428,12 @@ const std::string& cuda_problem() {
 }
 }  // namespace
 
-void CommunicatorImpl::check_memory(const CollArgs& args) const {
-  if (args.memory.kind == Memory::Kind::host) return;
-  const std::string what = prefix() + algorithms::to_string(args.kind) + " on CUDA device " +
-                           std::to_string(args.memory.device) + " memory: ";
+void CommunicatorImpl::check_memory(const Memory& m, const char* op) const {
+  if (m.kind == Memory::Kind::host) return;
+  const std::string what = prefix() + op + " on CUDA device " + std::to_string(m.device) + " memory: ";
   if (const std::string& why = cuda_problem(); !why.empty()) throw InvalidArgument(what + why);
   const int n = device::cuda_device_count();
-  if (args.memory.device < 0 || args.memory.device >= n)
+  if (m.device < 0 || m.device >= n)
     throw InvalidArgument(what + "no such device (this process sees " + std::to_string(n) + ")");
 }
 
@@ -445,7 +452,7 @@ device::PeerWindows* CommunicatorImpl::windows_for(const Memory& m) {
 }
 
 Work CommunicatorImpl::collective(CollArgs args) {
-  check_memory(args);
+  check_memory(args.memory, algorithms::to_string(args.kind));
   if (args.memory.kind == Memory::Kind::cuda && args.memory.stream)
     args.ready = device::cuda_event_after(args.memory.stream, args.memory.device);
   auto state = std::make_shared<OpState>();
@@ -470,9 +477,7 @@ Work CommunicatorImpl::collective(CollArgs args) {
   return Work(state);
 }
 
-template <class Machine>
-Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Machine> machine,
-                                  std::shared_ptr<std::atomic<int>> source) {
+Work CommunicatorImpl::submit_p2p(const char* name, int peer, P2pPoll poll, std::shared_ptr<std::atomic<int>> source) {
   auto state = std::make_shared<OpState>();
   state->source = std::move(source);
   std::lock_guard<std::mutex> g(submit_mu_);
@@ -483,13 +488,13 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, std::shared_ptr<Ma
   engine::Task t;
   t.state = state;
   t.p2p = true;
-  t.poll = [this, op, machine]() mutable {
+  t.poll = [this, op, poll = std::move(poll)]() mutable {
     if (op.deadline == Clock::time_point{}) op.deadline = Clock::now() + op.timeout;
     try {
       // Before any byte moves: after an abort the stream between a pair may be cut mid-message
       // (a failed receive also keeps its claim on the FIFO), so no later message is taken.
       shm_->throw_if_aborted(op);
-      return machine->poll(*shm_, op);
+      return poll(*shm_, op);
     } catch (const SystemError&) {
       // A broken connection to another node is more often the peer leaving after its node
       // aborted (a receive that found a disagreement, say) than the cause: as for collectives,
@@ -654,38 +659,57 @@ class NetOrLocalAnySource {
 }  // namespace
 #endif
 
-Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t tag) {
-  const int local = local_index(peer);
-#ifdef SMDDP_HAVE_LIBFABRIC
-  if (local < 0)
-    return submit_p2p("send", peer,
-                      std::make_shared<NetTransfer>(*net_, pair_order_, true, const_cast<void*>(buf), bytes, peer, tag,
-                                                    [this](const OpInfo& op) { watch_remote(op); }));
-#endif
-  return submit_p2p("send", peer, std::make_shared<p2p::Send>(buf, bytes, local, tag));
+Work CommunicatorImpl::point_to_point(const char* name, int peer, bool is_send, void* buf, size_t bytes,
+                                      const Memory& m, const std::function<P2pPoll(void*)>& on,
+                                      std::shared_ptr<std::atomic<int>> source) {
+  if (m.kind != Memory::Kind::cuda) return submit_p2p(name, peer, on(buf), std::move(source));
+  // The caller's stream's work so far, marked now on the caller's thread (as for collectives).
+  std::shared_ptr<void> ready = m.stream ? device::cuda_event_after(m.stream, m.device) : nullptr;
+  P2pStagingPool::Lease host = p2p_staging_->take(bytes);
+  P2pPoll on_host = on(host.data());
+  auto staged = std::make_shared<StagedP2p>(
+      is_send, buf, bytes, std::move(host), [this, m]() -> device::Device& { return device_for(m); }, std::move(ready),
+      std::move(on_host));
+  return submit_p2p(name, peer, polled(std::move(staged)), std::move(source));
 }
 
-Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag) {
+Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t tag, const Memory& memory) {
+  check_memory(memory, "send");
   const int local = local_index(peer);
+  return point_to_point("send", peer, true, const_cast<void*>(buf), bytes, memory, [&](void* p) {
 #ifdef SMDDP_HAVE_LIBFABRIC
-  if (local < 0)
-    return submit_p2p("recv", peer,
-                      std::make_shared<NetTransfer>(*net_, pair_order_, false, buf, bytes, peer, tag,
-                                                    [this](const OpInfo& op) { watch_remote(op); }));
+    if (local < 0)
+      return polled(std::make_shared<NetTransfer>(*net_, pair_order_, true, p, bytes, peer, tag,
+                                                  [this](const OpInfo& op) { watch_remote(op); }));
 #endif
-  return submit_p2p("recv", peer, std::make_shared<p2p::Recv>(buf, bytes, local, tag));
+    return polled(std::make_shared<p2p::Send>(p, bytes, local, tag));
+  });
 }
 
-Work CommunicatorImpl::recv_any(void* buf, size_t bytes, uint32_t tag) {
+Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag, const Memory& memory) {
+  check_memory(memory, "recv");
+  const int local = local_index(peer);
+  return point_to_point("recv", peer, false, buf, bytes, memory, [&](void* p) {
+#ifdef SMDDP_HAVE_LIBFABRIC
+    if (local < 0)
+      return polled(std::make_shared<NetTransfer>(*net_, pair_order_, false, p, bytes, peer, tag,
+                                                  [this](const OpInfo& op) { watch_remote(op); }));
+#endif
+    return polled(std::make_shared<p2p::Recv>(p, bytes, local, tag));
+  });
+}
+
+Work CommunicatorImpl::recv_any(void* buf, size_t bytes, uint32_t tag, const Memory& memory) {
+  check_memory(memory, "recv");
   auto source = std::make_shared<std::atomic<int>>(-1);
+  return point_to_point("recv", -1, false, buf, bytes, memory, [&](void* p) {
 #ifdef SMDDP_HAVE_LIBFABRIC
-  if (multi_node_)
-    return submit_p2p("recv", -1,
-                      std::make_shared<NetOrLocalAnySource>(*net_, pair_order_, buf, bytes, tag, topo_.local_ranks(),
-                                                            source, [this](const OpInfo& op) { watch_remote(op); }),
-                      source);
+    if (multi_node_)
+      return polled(std::make_shared<NetOrLocalAnySource>(*net_, pair_order_, p, bytes, tag, topo_.local_ranks(),
+                                                          source, [this](const OpInfo& op) { watch_remote(op); }));
 #endif
-  return submit_p2p("recv", -1, std::make_shared<p2p::RecvAny>(buf, bytes, tag, source), source);
+    return polled(std::make_shared<p2p::RecvAny>(p, bytes, tag, source));
+  }, source);
 }
 
 void CommunicatorImpl::abort(const std::string& reason) { abort_everywhere("rank " + std::to_string(rank_) + ": " + reason); }

@@ -11,6 +11,7 @@
 
 #include "algorithms/scratch_pool.h"
 #include "algorithms/algorithm.h"
+#include "core/p2p_staging.h"
 #include "core/pair_order.h"
 #include "engine/engine.h"
 #include "smddp/communicator.h"
@@ -33,9 +34,10 @@ class CommunicatorImpl {
   const Options& options() const { return options_; }
 
   Work collective(algorithms::CollArgs args);
-  Work send(const void* buf, size_t bytes, int peer, uint32_t tag);
-  Work recv(void* buf, size_t bytes, int peer, uint32_t tag);
-  Work recv_any(void* buf, size_t bytes, uint32_t tag);
+  // Point to point on host or CUDA memory (CUDA: through host copies, p2p_staging.h).
+  Work send(const void* buf, size_t bytes, int peer, uint32_t tag, const Memory& memory);
+  Work recv(void* buf, size_t bytes, int peer, uint32_t tag, const Memory& memory);
+  Work recv_any(void* buf, size_t bytes, uint32_t tag, const Memory& memory);
   void abort(const std::string& reason);
 
   // Argument checks shared by the public entry points; throw InvalidArgument.
@@ -48,18 +50,20 @@ class CommunicatorImpl {
   // the input). Any other overlap would have the algorithm read what it already wrote.
   void check_overlap(const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
                      uintptr_t in_place_send, const char* op) const;
+  // At call time: CUDA memory is usable here (built with CUDA, a driver, the device exists);
+  // throws InvalidArgument naming the op and the reason otherwise.
+  void check_memory(const Memory& m, const char* op) const;
 
  private:
   OpInfo make_op(const char* name, int peer = -1);
-  template <class Machine>
-  Work submit_p2p(const char* name, int peer, std::shared_ptr<Machine> machine,
-                  std::shared_ptr<std::atomic<int>> source = nullptr);
+  Work submit_p2p(const char* name, int peer, P2pPoll poll, std::shared_ptr<std::atomic<int>> source);
   // Index of a global rank within this node's shm group, or -1 when it is on another node.
   int local_index(int global_rank) const;
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);
-  // At call time: CUDA memory is usable here (built with CUDA, a driver, the device exists);
-  // throws InvalidArgument naming the op and the reason otherwise.
-  void check_memory(const algorithms::CollArgs& args) const;
+  // A point-to-point operation: on(p) builds it on p, which is `buf` itself for host memory and
+  // a host buffer staged to or from `buf` for CUDA memory.
+  Work point_to_point(const char* name, int peer, bool is_send, void* buf, size_t bytes, const Memory& m,
+                      const std::function<P2pPoll(void*)>& on, std::shared_ptr<std::atomic<int>> source = nullptr);
   // The device and peer windows for a collective's memory (CUDA: made on first use per GPU).
   device::Device& device_for(const Memory& m);
   device::PeerWindows* windows_for(const Memory& m);
@@ -98,6 +102,7 @@ class CommunicatorImpl {
   PairOrder pair_order_{0};                 // net_'s point-to-point numbering (engine thread)
   std::unique_ptr<algorithms::ScratchPool> scratch_;  // after net_: unregisters before it closes
   std::unique_ptr<algorithms::ScratchPool> staging_pool_;  // across nodes: host copies of CUDA buffers
+  std::unique_ptr<P2pStagingPool> p2p_staging_;           // host copies of point-to-point CUDA buffers
   std::unique_ptr<device::PeerWindows> windows_;      // the node's peers' host memory (single-copy algorithms)
   struct CudaSide {  // per GPU: its stream (device) and IPC windows; the windows close first
     std::unique_ptr<device::Device> dev;
@@ -106,7 +111,10 @@ class CommunicatorImpl {
     // memory through a mapping being closed.
     ~CudaSide();
   };
-  std::map<int, CudaSide> cuda_;  // used by run_collective only (one collective at a time)
+  // Used by run_collective and by the point-to-point operations on CUDA memory as the engine
+  // polls them, never at once: the engine starts a collective only after the send/recv before
+  // it finished, and polls those only when no collective runs.
+  std::map<int, CudaSide> cuda_;
   std::mutex submit_mu_;  // issue order = sequence order
   uint64_t seq_ = 0;
   uint64_t coll_seq_ = 0;

@@ -308,6 +308,54 @@ TEST(GpuCommunicator, CollectivesOnCudaMemory) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// Point to point on CUDA memory (core/p2p_staging.h), w=2 sharing GPU 0 (or one each): rank 0's
+// message is written on the caller's stream, kept busy first, with no host sync at the call, so a
+// send that did not wait for that stream would carry the old values; rank 1 receives into device
+// memory, then sends it back to host memory on rank 0.
+TEST(GpuCommunicator, PointToPointOnCudaMemoryFollowsTheCallersStream) {
+  SKIP_WITHOUT_GPU();
+  const int gpus = probe().devices;
+  auto res = run_ranks(2, [gpus](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    const int gpu = rank % gpus;
+    Communicator comm(store, rank, w);
+    const size_t n = (size_t{1} << 20) + 3;
+    auto dev = device::cuda_device(gpu);  // first: it makes `gpu` current, where cuda_malloc allocates
+    auto caller = device::cuda_device(gpu);
+    auto* buf = static_cast<float*>(device::cuda_malloc(n * sizeof(float)));
+    std::vector<float> host(n), got(n, -1.0f);
+    for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1013);
+    if (rank == 0) {
+      constexpr size_t kBusyBytes = size_t{256} << 20;
+      void* busy[2] = {device::cuda_malloc(kBusyBytes), device::cuda_malloc(kBusyBytes)};
+      void* fresh = device::cuda_malloc(n * sizeof(float));
+      std::vector<float> stale(n, -3.0f);
+      dev->copy(fresh, host.data(), n * sizeof(float));
+      dev->copy(buf, stale.data(), n * sizeof(float));
+      dev->fence();
+      for (int k = 0; k < 8; ++k) caller->copy(busy[k % 2], busy[1 - k % 2], kBusyBytes);
+      caller->copy(buf, fresh, n * sizeof(float));
+      comm.send(buf, n, DataType::f32, 1, 1, Memory::cuda(gpu, device::cuda_stream(*caller))).wait();
+      comm.recv(got.data(), n, DataType::f32, 1, 2).wait();  // into host memory
+      caller->fence();
+      for (void* b : busy) device::cuda_free(b);
+      device::cuda_free(fresh);
+    } else {
+      comm.recv(buf, n, DataType::f32, 0, 1, Memory::cuda(gpu)).wait();
+      comm.send(buf, n, DataType::f32, 0, 2, Memory::cuda(gpu)).wait();
+      dev->copy(got.data(), buf, n * sizeof(float));
+      dev->fence();
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (got[i] != host[i]) {
+        rep.fail("element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+                 std::to_string(host[i]));
+        break;
+      }
+    device::cuda_free(buf);
+  }, gpu_options());
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // Without a usable GPU, a collective on CUDA memory is refused at the call with the op and the
 // reason, and the communicator goes on working on host memory. (With a GPU, an unknown device
 // ordinal is refused the same way.)
@@ -327,6 +375,19 @@ TEST(GpuCommunicator, UnusableCudaMemoryIsAClearErrorAtTheCall) {
       if (m.find("allreduce on CUDA device " + std::to_string(bad_device)) == std::string::npos ||
           m.find("rank " + std::to_string(rank)) == std::string::npos || m.find(want) == std::string::npos)
         rep.fail("unclear error: " + m);
+    }
+    // Point to point alike (checked on the caller's thread, before anything is queued).
+    const int peer = 1 - rank;
+    for (const char* op : {"send", "recv"}) {
+      try {
+        if (std::string(op) == "send") comm.send(a.data(), 8, DataType::f32, peer, 0, Memory::cuda(bad_device));
+        else comm.recv(b.data(), 8, DataType::f32, peer, 0, Memory::cuda(bad_device));
+        rep.fail(std::string("a ") + op + " on unusable CUDA memory was accepted");
+      } catch (const InvalidArgument& e) {
+        const std::string m = e.what();
+        if (m.find(std::string(op) + " on CUDA device " + std::to_string(bad_device)) == std::string::npos)
+          rep.fail("unclear error: " + m);
+      }
     }
     comm.allreduce(a.data(), b.data(), 8, DataType::f32, ReduceOp::sum).wait();
     if (b[0] != 2.0f) rep.fail("host allreduce after the refusal gave " + std::to_string(b[0]));
