@@ -441,7 +441,19 @@ device::Device& CommunicatorImpl::device_for(const Memory& m) {
   if (m.kind == Memory::Kind::host) return device::host();
   CudaSide& side = cuda_[m.device];
   if (!side.dev) side.dev = device::cuda_device(m.device);
+  if (!slots_for_cuda_.tried) {
+    slots_for_cuda_.tried = true;
+    void* base = shm_->slot(0, 0);
+    const size_t bytes = 2 * static_cast<size_t>(shm_->size()) * shm_->slot_bytes();
+    if (device::cuda_register_host(base, bytes)) slots_for_cuda_.base = base;
+    SMDDP_LOG(INFO, rank_) << "staging slots (" << bytes << " bytes) "
+                           << (slots_for_cuda_.base ? "page-locked for CUDA" : "not page-locked: CUDA declined");
+  }
   return *side.dev;
+}
+
+CommunicatorImpl::SlotsForCuda::~SlotsForCuda() {
+  if (base) device::cuda_unregister_host(base);
 }
 
 device::PeerWindows* CommunicatorImpl::windows_for(const Memory& m) {

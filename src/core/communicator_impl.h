@@ -98,6 +98,15 @@ class CommunicatorImpl {
   topology::Topology topo_;
   bool multi_node_ = false;
   std::unique_ptr<shm::Group> shm_;         // the ranks of this node
+  // The staging slots of shm_, page-locked for CUDA when a GPU is first used (device_for), so
+  // the GPU's copies into them are DMA and its kernels reduce them in place rather than the CPU
+  // (cuda.h's reduce_on_host). Declared after shm_ and before cuda_: unregistered after the
+  // streams drained and before the segment is unmapped.
+  struct SlotsForCuda {
+    void* base = nullptr;  // registered
+    bool tried = false;
+    ~SlotsForCuda();
+  } slots_for_cuda_;
   std::unique_ptr<ofi::Endpoint> net_;      // every rank, when they span nodes
   PairOrder pair_order_{0};                 // net_'s point-to-point numbering (engine thread)
   std::unique_ptr<algorithms::ScratchPool> scratch_;  // after net_: unregisters before it closes

@@ -25,6 +25,15 @@ struct ReduceArgs {
 
 void reduce(const ReduceArgs& a);
 
+// The kernels behind reduce(), one set per instruction set (reduce_kernels.inc, compiled by each
+// reduce_<isa>.cc for its target): reduce_dispatch.cc picks one, the tests call each. The AVX
+// ones exist on x86-64 only.
+#if defined(__x86_64__)
+namespace avx512 { void reduce(const ReduceArgs& a); }
+namespace avx2 { void reduce(const ReduceArgs& a); }
+#endif
+namespace scalar { void reduce(const ReduceArgs& a); }
+
 // Name of the implementation in use: "avx512", "avx2" or "scalar" (SMDDP_REDUCE_ISA can force
 // a lower one, for benchmarks and tests). Throws InvalidArgument for a bad SMDDP_REDUCE_ISA.
 const char* isa();

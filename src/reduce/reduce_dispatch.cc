@@ -6,11 +6,6 @@
 #include "smddp/errors.h"
 
 namespace smddp::reduce {
-#if defined(__x86_64__)
-namespace avx512 { void reduce(const ReduceArgs& a); }
-namespace avx2 { void reduce(const ReduceArgs& a); }
-#endif
-namespace scalar { void reduce(const ReduceArgs& a); }
 
 const char* choose_isa(const std::string& force, bool avx_built, bool has_avx2, bool has_avx512) {
   const std::string what = "smddp: SMDDP_REDUCE_ISA is '" + force + "'";

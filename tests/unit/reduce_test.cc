@@ -11,14 +11,6 @@
 #include "reduce/reduce.h"
 #include "smddp/errors.h"
 
-namespace smddp::reduce {
-#if defined(__x86_64__)
-namespace avx512 { void reduce(const ReduceArgs& a); }
-namespace avx2 { void reduce(const ReduceArgs& a); }
-#endif
-namespace scalar { void reduce(const ReduceArgs& a); }
-}  // namespace smddp::reduce
-
 namespace {
 
 using namespace smddp;
