@@ -25,7 +25,8 @@ int cuda_device_count();
 // src/reduce/reduce_cuda.cu on it, launched with at most SMDDP_CUDA_SMS blocks so a collective
 // occupies at most that many SMs; fence() waits for the stream. Operands a kernel cannot reach
 // (pageable host memory never registered) are reduced on the CPU after the stream drains:
-// correct, and slow; registering what the communicator owns (cuda_register_host) is to come.
+// correct, and slow; the communicator registers what it owns (its staging slots, host copies)
+// with cuda_register_host to avoid it.
 std::unique_ptr<Device> cuda_device(int ordinal);
 
 // Peer windows over CUDA IPC for device memory of the node's other processes, read by the
