@@ -36,7 +36,15 @@ class ScratchPool {
       s.buf.reset(static_cast<std::byte*>(std::aligned_alloc(kPage, size)));
       if (!s.buf) throw std::bad_alloc();
       s.bytes = size;
-      if (on_alloc_) on_alloc_(s.buf.get(), s.bytes);
+      if (on_alloc_) {
+        try {
+          on_alloc_(s.buf.get(), s.bytes);
+        } catch (...) {  // not made: freed without on_free, which would undo what never happened
+          s.buf.reset();
+          s.bytes = 0;
+          throw;
+        }
+      }
     }
     return s.buf.get();
   }

@@ -121,8 +121,13 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     };
     scratch_ = std::make_unique<algorithms::ScratchPool>(to_net, off_net);
     cuda_copy_on = [to_net](const void* p, size_t n) {
-      device::cuda_register_host(const_cast<void*>(p), n);
-      to_net(p, n);
+      const bool locked = device::cuda_register_host(const_cast<void*>(p), n);
+      try {
+        to_net(p, n);
+      } catch (...) {  // the buffer is not made (ScratchPool::get): undo the page-locking too
+        if (locked) device::cuda_unregister_host(const_cast<void*>(p));
+        throw;
+      }
     };
     cuda_copy_off = [off_net](const void* p, size_t n) {
       off_net(p, n);

@@ -15,7 +15,13 @@ P2pStagingPool::Lease P2pStagingPool::take(size_t bytes) {
     slot = free_.back();
     free_.pop_back();
   }
-  std::byte* data = pool_.get(slot, bytes);  // may throw: the slot stays free
+  std::byte* data = nullptr;
+  try {
+    data = pool_.get(slot, bytes);
+  } catch (...) {  // no memory, or the network refused to register it: the slot stays free
+    free_.push_back(slot);
+    throw;
+  }
   ++out_;
   return Lease(this, slot, data);
 }
@@ -23,7 +29,14 @@ P2pStagingPool::Lease P2pStagingPool::take(size_t bytes) {
 void P2pStagingPool::give_back(size_t slot) {
   std::lock_guard<std::mutex> g(mu_);
   free_.push_back(slot);
-  if (--out_ == 0) pool_.trim(keep_);  // a one-off huge message does not stay page-locked
+  // A one-off huge message does not stay page-locked; an abandoned buffer is never freed early.
+  if (--out_ == 0 && abandoned_ == 0) pool_.trim(keep_);
+}
+
+void P2pStagingPool::set_aside() {
+  std::lock_guard<std::mutex> g(mu_);
+  --out_;
+  ++abandoned_;
 }
 
 size_t P2pStagingPool::leased() const {
@@ -44,7 +57,12 @@ device::Device& StagedP2p::dev() {
   return *dev_;
 }
 
+StagedP2p::~StagedP2p() {
+  if (polled_ && !done_) host_.abandon();
+}
+
 bool StagedP2p::poll(shm::Group& g, const OpInfo& op) {
+  polled_ = true;
   if (is_send_ && !copied_in_) {
     if (bytes_ > 0) {
       dev().copy(host_.data(), buffer_, bytes_);
@@ -57,6 +75,7 @@ bool StagedP2p::poll(shm::Group& g, const OpInfo& op) {
     dev().copy(buffer_, host_.data(), bytes_);
     dev().fence();  // the receive is complete when its bytes are in the buffer
   }
+  done_ = true;
   return true;
 }
 

@@ -50,6 +50,13 @@ class P2pStagingPool {
       if (pool_) pool_->give_back(slot_);
     }
     std::byte* data() const { return data_; }
+    // For an operation that failed after it was started: the network may still hold the buffer
+    // (a receive posted and never withdrawn), so it is neither reused nor freed until the pool
+    // goes, with the communicator, which an operation's failure has aborted anyway.
+    void abandon() {
+      if (pool_) pool_->set_aside();
+      pool_ = nullptr;
+    }
 
    private:
     P2pStagingPool* pool_;
@@ -63,12 +70,14 @@ class P2pStagingPool {
 
  private:
   void give_back(size_t slot);
+  void set_aside();
 
   mutable std::mutex mu_;
   algorithms::ScratchPool pool_;  // guarded by mu_
   std::vector<size_t> free_;      // slots not leased
-  size_t slots_ = 0, out_ = 0;
-  size_t keep_;  // buffers above this are freed when none is out
+  size_t slots_ = 0, out_ = 0;  // out_: leased and not abandoned
+  size_t abandoned_ = 0;        // while any is, nothing is trimmed
+  size_t keep_;                 // buffers above this are freed when none is out
 };
 
 // One point-to-point operation on device memory around `host_poll`, the same operation on
@@ -81,6 +90,11 @@ class StagedP2p {
  public:
   StagedP2p(bool is_send, void* buffer, size_t bytes, P2pStagingPool::Lease host,
             std::function<device::Device&()> device, std::shared_ptr<void> ready, P2pPoll host_poll);
+  // An operation polled but not finished (it failed, or the communicator was destroyed under it)
+  // abandons its host buffer (Lease::abandon).
+  ~StagedP2p();
+  StagedP2p(const StagedP2p&) = delete;
+  StagedP2p& operator=(const StagedP2p&) = delete;
   bool poll(shm::Group& g, const OpInfo& op);
 
  private:
@@ -95,6 +109,7 @@ class StagedP2p {
   std::shared_ptr<void> ready_;
   P2pPoll host_poll_;
   bool copied_in_ = false;  // send: the buffer is in host_
+  bool polled_ = false, done_ = false;
 };
 
 }  // namespace smddp::detail

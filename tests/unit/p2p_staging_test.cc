@@ -6,6 +6,7 @@
 
 #include <map>
 #include <optional>
+#include <stdexcept>
 
 #include "core/p2p_staging.h"
 
@@ -46,6 +47,38 @@ TEST(P2pStagingPool, OneBufferPerOperationInFlightReusedAndTrimmed) {
     EXPECT_EQ(pool.leased(), 1u) << "a moved lease counts once";
   }
   EXPECT_EQ(pool.leased(), 0u);
+}
+
+// A buffer whose registration failed is not made and its slot stays free; a buffer abandoned
+// by an operation that failed (the network may still hold it) is neither reused nor freed before
+// the pool goes.
+TEST(P2pStagingPool, FailedRegistrationAndAbandonedBuffers) {
+  std::map<const void*, size_t> registered;
+  bool refuse = true;
+  P2pStagingPool pool(
+      [&](const void* p, size_t n) {
+        if (refuse) throw std::runtime_error("registration refused");
+        registered[p] = n;
+      },
+      [&](const void* p, size_t) { EXPECT_EQ(registered.erase(p), 1u) << "freed twice or never made"; },
+      /*keep=*/1 << 20);
+  EXPECT_THROW(pool.take(size_t{2} << 20), std::runtime_error);
+  EXPECT_EQ(pool.leased(), 0u);
+  refuse = false;
+  const std::byte* kept = nullptr;
+  {
+    auto a = pool.take(size_t{2} << 20);  // above keep
+    kept = a.data();
+    a.abandon();
+  }
+  EXPECT_EQ(pool.leased(), 0u);
+  EXPECT_EQ(registered.count(kept), 1u) << "an abandoned buffer was freed";
+  {
+    auto b = pool.take(size_t{2} << 20);
+    EXPECT_NE(b.data(), kept) << "an abandoned buffer was reused";
+  }
+  EXPECT_EQ(registered.count(kept), 1u) << "trimmed while a buffer was abandoned";
+  EXPECT_EQ(registered.size(), 2u);
 }
 
 }  // namespace
