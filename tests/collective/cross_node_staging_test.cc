@@ -141,10 +141,7 @@ TEST_P(CrossNodeStaging, EveryCollectiveOnDeviceMemoryMatchesTheReference) {
   const Layout l = GetParam();
   auto res = run_ranks(l.hosts * l.per_host, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     FarMemory mem(size_t{96} << 20);
-    device::set_cuda_stand_in([&mem](int) { return std::make_unique<FarDevice>(mem); });
-    struct Unset {
-      ~Unset() { device::set_cuda_stand_in({}); }
-    } unset;
+    FarDeviceStandIn stand_in(mem);
     for (const char* algos : {"allreduce:hier,allgather:hier,reduce_scatter:hier",
                               "allreduce:net_direct,allgather:net_direct,reduce_scatter:net_direct"}) {
       Options o;

@@ -56,10 +56,7 @@ TEST_P(DeviceP2P, MessagesOnDeviceMemoryArriveWhole) {
   const Layout l = GetParam();
   auto res = run_ranks(l.hosts * l.per_host, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     FarMemory mem(size_t{64} << 20);
-    device::set_cuda_stand_in([&mem](int) { return std::make_unique<FarDevice>(mem); });
-    struct Unset {
-      ~Unset() { device::set_cuda_stand_in({}); }
-    } unset;
+    FarDeviceStandIn stand_in(mem);
     Options o;
     o.timeout = 120s;
     Communicator c(store, rank, w, o);
@@ -144,10 +141,7 @@ TEST_P(DeviceP2P, MessagesOnDeviceMemoryArriveWhole) {
 TEST(DeviceP2PFailure, AMismatchedReceiveWritesNothing) {
   auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     FarMemory mem(size_t{1} << 20);
-    device::set_cuda_stand_in([&mem](int) { return std::make_unique<FarDevice>(mem); });
-    struct Unset {
-      ~Unset() { device::set_cuda_stand_in({}); }
-    } unset;
+    FarDeviceStandIn stand_in(mem);
     Options o;
     o.timeout = 30s;
     Communicator c(store, rank, w, o);

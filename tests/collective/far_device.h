@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collective/late_device.h"
+#include "device/cuda.h"
 #include "device/device.h"
 
 namespace smddp::testing {
@@ -89,6 +90,18 @@ class FarDevice final : public device::Device {
  private:
   const FarMemory& mem_;
   LateDevice late_;
+};
+
+// While it lives, CUDA is stood in for (device/cuda.h's set_cuda_stand_in): every GPU is a
+// FarDevice on `mem`.
+class FarDeviceStandIn {
+ public:
+  explicit FarDeviceStandIn(const FarMemory& mem) {
+    device::set_cuda_stand_in([&mem](int) { return std::make_unique<FarDevice>(mem); });
+  }
+  ~FarDeviceStandIn() { device::set_cuda_stand_in({}); }
+  FarDeviceStandIn(const FarDeviceStandIn&) = delete;
+  FarDeviceStandIn& operator=(const FarDeviceStandIn&) = delete;
 };
 
 }  // namespace smddp::testing
