@@ -72,7 +72,11 @@ shm::GroupConfig group_config(bool oversubscribed) {
 }  // namespace
 
 CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options options)
-    : rank_(rank), size_(size), options_(std::move(options)), consistency_(config::get_bool("SMDDP_CHECK_CONSISTENCY")) {
+    : rank_(rank),
+      size_(size),
+      options_(std::move(options)),
+      consistency_(config::get_bool("SMDDP_CHECK_CONSISTENCY")),
+      staging_piece_(static_cast<size_t>(std::max<int64_t>(0, config::get_int("SMDDP_CUDA_STAGING_PIECE")))) {
   if (!store) throw InvalidArgument("smddp: Communicator needs a store (got null)");
   if (size < 1) throw InvalidArgument("smddp: communicator size must be >= 1 (got " + std::to_string(size) + ")");
   if (rank < 0 || rank >= size)
@@ -328,15 +332,13 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   op.deadline = Clock::now() + op.timeout;
   shm_->publish_deadline(op.deadline);
   try {
-    // The selector sees all ranks' data: reduce_scatter's input and allgather's output are
-    // `count` per rank.
-    const size_t blocks =
-        args.kind == CollKind::reduce_scatter || args.kind == CollKind::allgather ? static_cast<size_t>(size_) : 1;
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
     const std::function<void()> watch = [&] { watch_remote(op); };
     // CUDA memory across nodes runs on host copies (host_staging.h): the algorithm then sees
-    // host memory, and only the copies in and out see the GPU.
+    // host memory, and only the copies in and out see the GPU. A large one runs in pieces,
+    // each piece a collective of its own (the algorithm chosen for its size).
     const bool staged = multi_node_ && args.memory.kind == Memory::Kind::cuda;
+    const size_t piece_elements = staged ? staging_piece_elements(args, size_, staging_piece_) : 0;
     device::Device& mem_dev = device_for(args.memory);
     algorithms::Context ctx{*shm_, staged ? device::host() : mem_dev, op, multi_node_ ? &topo_ : nullptr, net_.get(),
                             multi_node_ ? &watch : nullptr, scratch_.get(),
@@ -345,17 +347,14 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     // the caller's work, so no peer reads this rank's buffers before they are written.
     if (args.ready) device::cuda_wait(mem_dev, args.ready.get());
     const algorithms::Algorithm* algo =
-        empty ? nullptr
-              : &algorithms::select(args.kind, args.count * blocks * dtype_size(args.dtype), size_, overrides_,
-                                    multi_node_ ? &topo_ : nullptr, args.memory.kind == Memory::Kind::cuda,
-                                    !multi_node_ && !topo_.oversubscribed());
+        empty ? nullptr : &algorithm_for(args, piece_elements ? piece_elements : args.count);
     if (consistency_) {
       // Compared in the algorithm's first shared-memory round, before it combines or copies
       // anything into an output. Across nodes the algorithms may start on the network, and an
       // empty collective has no rounds at all: those compare in a round of their own first,
       // across nodes after swapping fingerprints with the other nodes (cross_node_agreement.h).
       // The algorithm is in it: ranks that picked different ones would run different rounds.
-      const Fingerprint fp = fingerprint(op.coll_seq, args, algo);
+      const Fingerprint fp = fingerprint(op.coll_seq, args, algo, piece_elements);
       shm_->announce(fp);
       if (multi_node_) agree_across_nodes(ctx, fp);
       else if (empty) agreement_round(op);
@@ -364,12 +363,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo->name
                             << " count " << args.count << ' ' << to_string(args.dtype);
     if (staged) {
-      HostStaging staging(*staging_pool_);
-      const CollArgs host_args = staging.stage_in(mem_dev, args, rank_, size_);
-      algo->run(ctx, host_args);
-      if (shm_->announcement_pending()) agreement_round(op);
-      staging.stage_out(mem_dev);  // only after success: a failed collective leaves the outputs alone
-      staging_pool_->trim(kScratchKeep);
+      run_staged(ctx, op, args, *algo, mem_dev);
     } else {
       algo->run(ctx, args);
       ctx.dev.fence();  // the outputs are complete when the collective is
@@ -400,6 +394,46 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     fail(std::current_exception());
     throw;
   }
+}
+
+void CommunicatorImpl::run_staged(algorithms::Context& ctx, OpInfo& op, const CollArgs& args,
+                                  const algorithms::Algorithm& algo, device::Device& dev) {
+  if (staging_pieces(args, size_, staging_piece_) == 1) {
+    HostStaging staging(*staging_pool_);
+    const CollArgs host_args = staging.stage_in(dev, args, rank_, size_);
+    algo.run(ctx, host_args);
+    if (shm_->announcement_pending()) agreement_round(op);
+    staging.stage_out(dev);  // only after success: a failed collective leaves the outputs alone
+  } else {
+    // Piece k runs as collective number coll_seq + k (collective() reserved them), so its
+    // messages never match another piece's. The first piece runs `algo` (the one compared
+    // between the ranks); the last, shorter one may choose another for its size, as every rank
+    // does.
+    const uint64_t first = op.coll_seq;
+    PipelinedStaging staging(*staging_pool_, dev, args, rank_, size_, staging_piece_);
+    staging.run([&](const CollArgs& piece, size_t k) {
+      op.coll_seq = first + k;
+      (k == 0 ? algo : algorithm_for(args, piece.count)).run(ctx, piece);
+      if (shm_->announcement_pending()) agreement_round(op);
+    });
+    op.coll_seq = first;
+  }
+  staging_pool_->trim(kScratchKeep);
+}
+
+const algorithms::Algorithm& CommunicatorImpl::algorithm_for(const CollArgs& args, size_t count) const {
+  // The selector sees all ranks' data: reduce_scatter's input and allgather's output are
+  // `count` per rank.
+  const size_t blocks =
+      args.kind == CollKind::reduce_scatter || args.kind == CollKind::allgather ? static_cast<size_t>(size_) : 1;
+  return algorithms::select(args.kind, count * blocks * dtype_size(args.dtype), size_, overrides_,
+                            multi_node_ ? &topo_ : nullptr, args.memory.kind == Memory::Kind::cuda,
+                            !multi_node_ && !topo_.oversubscribed());
+}
+
+size_t CommunicatorImpl::sequence_numbers(const CollArgs& args) const {
+  if (!multi_node_ || args.memory.kind != Memory::Kind::cuda) return 1;
+  return staging_pieces(args, size_, staging_piece_);
 }
 
 void CommunicatorImpl::drain_after_failure(const Memory& m) noexcept {
@@ -477,7 +511,8 @@ Work CommunicatorImpl::collective(CollArgs args) {
   {
     std::lock_guard<std::mutex> g(submit_mu_);
     OpInfo op = make_op(algorithms::to_string(args.kind));
-    op.coll_seq = ++coll_seq_;
+    op.coll_seq = coll_seq_ + 1;
+    coll_seq_ += sequence_numbers(args);
     state->seq = op.seq;
     state->name = op.name;
     state->rank = rank_;

@@ -60,6 +60,14 @@ class CommunicatorImpl {
   // Index of a global rank within this node's shm group, or -1 when it is on another node.
   int local_index(int global_rank) const;
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);
+  // CUDA memory across nodes: the collective on host copies, whole or in pieces (host_staging.h).
+  void run_staged(algorithms::Context& ctx, OpInfo& op, const algorithms::CollArgs& args,
+                  const algorithms::Algorithm& algo, device::Device& dev);
+  // How many collective sequence numbers `args` takes: one, or one per piece when it is staged
+  // in pieces (each piece's network tags are its own). Equal on every rank that agrees on it.
+  size_t sequence_numbers(const algorithms::CollArgs& args) const;
+  // What the selector picks for `args` with `count` elements (a piece's, or all of them).
+  const algorithms::Algorithm& algorithm_for(const algorithms::CollArgs& args, size_t count) const;
   // A point-to-point operation: on(p) builds it on p, which is `buf` itself for host memory and
   // a host buffer staged to or from `buf` for CUDA memory.
   Work point_to_point(const char* name, int peer, bool is_send, void* buf, size_t bytes, const Memory& m,
@@ -94,6 +102,7 @@ class CommunicatorImpl {
   int size_;
   Options options_;
   bool consistency_;  // SMDDP_CHECK_CONSISTENCY: fingerprints compared in every collective
+  size_t staging_piece_;  // SMDDP_CUDA_STAGING_PIECE
   std::vector<const algorithms::Algorithm*> overrides_;
   topology::Topology topo_;
   bool multi_node_ = false;

@@ -32,7 +32,8 @@ bool has_root(CollKind k) {
 }
 }  // namespace
 
-Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a, const algorithms::Algorithm* algorithm) {
+Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a, const algorithms::Algorithm* algorithm,
+                        uint64_t piece_elements) {
   static_assert(kParts < shm::Group::kFingerprintWords);
   Fingerprint fp{};
   fp[kSeq] = coll_seq;
@@ -46,6 +47,7 @@ Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a, const 
       if (a.op.op == ReduceOp::premul_sum) std::memcpy(&fp[kFactor], &a.op.factor, sizeof(double));
     }
     if (has_root(a.kind)) fp[kRoot] = static_cast<uint64_t>(a.root);
+    else fp[kRoot] = piece_elements;  // a word the kinds without a root leave free
     if (a.memory.kind == Memory::Kind::cuda) what |= kCudaMemory << 24;
     fp[kParts] = a.parts;
   }
@@ -91,6 +93,8 @@ std::string describe(const Fingerprint& fp, bool with_algorithm) {
     if (has_root(kind)) {
       s += ", root ";
       s += std::to_string(fp[kRoot]);
+    } else if (fp[kRoot]) {
+      s += ", staged in pieces of " + std::to_string(fp[kRoot]) + " elements a block (SMDDP_CUDA_STAGING_PIECE)";
     }
     if (fp[kParts]) {
       char split[24];

@@ -19,9 +19,11 @@ using Fingerprint = shm::Group::Fingerprint;
 // coalesced calls, how the count splits into parts. Fields a kind does not use are zero.
 // Per-peer counts (alltoallv) are checked by the algorithm itself, pair by pair. `algorithm`:
 // the one each rank's selector picked (null: none runs), which ranks whose SMDDP_* settings or
-// Options::algorithms differ may not agree on.
+// Options::algorithms differ may not agree on. `piece_elements`: a collective staged in pieces
+// (host_staging.h's PipelinedStaging), the elements of each rank's block per piece, which ranks
+// whose SMDDP_CUDA_STAGING_PIECE differs do not agree on (0: not cut).
 Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a,
-                        const algorithms::Algorithm* algorithm = nullptr);
+                        const algorithms::Algorithm* algorithm = nullptr, uint64_t piece_elements = 0);
 
 // CollArgs::parts for a coalesced call of these part sizes (0 for a single part).
 uint64_t parts_signature(const std::vector<size_t>& parts);

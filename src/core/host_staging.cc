@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <utility>
 
 namespace smddp::detail {
@@ -89,6 +90,110 @@ void HostStaging::stage_out(device::Device& dev) {
   for (const Copy& c : out_) dev.copy(c.dst, c.src, c.bytes);
   out_.clear();
   dev.fence();
+}
+
+namespace {
+
+bool cut_by_pieces(CollKind k) {
+  return k == CollKind::allreduce || k == CollKind::allgather || k == CollKind::reduce_scatter;
+}
+// Ranks' blocks in each piece: allgather's output and reduce_scatter's input hold one per rank.
+size_t blocks(CollKind k, int size) { return k == CollKind::allreduce ? 1 : static_cast<size_t>(size); }
+// Elements of each rank's block per piece.
+size_t per_piece(const CollArgs& a, int size, size_t piece_bytes) {
+  return std::max<size_t>(1, piece_bytes / dtype_size(a.dtype) / blocks(a.kind, size));
+}
+
+}  // namespace
+
+size_t staging_piece_elements(const CollArgs& a, int size, size_t piece_bytes) {
+  if (!cut_by_pieces(a.kind) || !a.uniform || piece_bytes == 0) return 0;
+  const size_t e = per_piece(a, size, piece_bytes);
+  return a.count > e ? e : 0;
+}
+
+size_t staging_pieces(const CollArgs& a, int size, size_t piece_bytes) {
+  const size_t e = staging_piece_elements(a, size, piece_bytes);
+  return e ? (a.count + e - 1) / e : 1;
+}
+
+PipelinedStaging::PipelinedStaging(algorithms::ScratchPool& pool, device::Device& dev, const CollArgs& a, int rank,
+                                   int size, size_t piece_bytes)
+    : dev_(dev),
+      a_(a),
+      rank_(rank),
+      size_(size),
+      pieces_(staging_pieces(a, size, piece_bytes)),
+      per_piece_(staging_piece_elements(a, size, piece_bytes)),
+      es_(dtype_size(a.dtype)) {
+  if (pieces_ < 2) throw std::logic_error("smddp: PipelinedStaging of a collective not cut into pieces");
+  const size_t bytes = per_piece_ * es_ * blocks(a.kind, size);
+  for (size_t i = 0; i < 3 && i < pieces_; ++i) bufs_[i] = pool.get(i, bytes);
+}
+
+size_t PipelinedStaging::piece_count(size_t k) const {
+  return std::min(per_piece_, a_.count - k * per_piece_);
+}
+
+// Each piece runs in place on one host buffer laid out as the collective of piece_count(k)
+// elements a block expects: allreduce's one block, allgather's output and reduce_scatter's
+// input with their rank blocks side by side (the device copies gather and scatter the blocks).
+CollArgs PipelinedStaging::piece(size_t k) const {
+  CollArgs p = a_;
+  p.memory = Memory{};
+  p.ready.reset();
+  p.count = piece_count(k);
+  std::byte* h = host(k);
+  std::byte* mine = h + static_cast<size_t>(rank_) * p.count * es_;
+  switch (a_.kind) {
+    case CollKind::allgather: p.send = mine; p.recv = h; break;
+    case CollKind::reduce_scatter: p.send = h; p.recv = mine; break;
+    default: p.send = h; p.recv = h; break;
+  }
+  return p;
+}
+
+void PipelinedStaging::copy_in(size_t k) {
+  const size_t n = piece_count(k), off = k * per_piece_, bytes = n * es_;
+  const auto* send = static_cast<const std::byte*>(a_.send);
+  std::byte* h = host(k);
+  switch (a_.kind) {
+    case CollKind::allgather: dev_.copy(h + static_cast<size_t>(rank_) * bytes, send + off * es_, bytes); break;
+    case CollKind::reduce_scatter:
+      for (size_t r = 0; r < static_cast<size_t>(size_); ++r)
+        dev_.copy(h + r * bytes, send + (r * a_.count + off) * es_, bytes);
+      break;
+    default: dev_.copy(h, send + off * es_, bytes); break;
+  }
+}
+
+void PipelinedStaging::copy_out(size_t k) {
+  const size_t n = piece_count(k), off = k * per_piece_, bytes = n * es_;
+  auto* recv = static_cast<std::byte*>(a_.recv);
+  const std::byte* h = host(k);
+  switch (a_.kind) {
+    case CollKind::allgather:
+      for (size_t r = 0; r < static_cast<size_t>(size_); ++r)
+        dev_.copy(recv + (r * a_.count + off) * es_, h + r * bytes, bytes);
+      break;
+    case CollKind::reduce_scatter: dev_.copy(recv + off * es_, h + static_cast<size_t>(rank_) * bytes, bytes); break;
+    default: dev_.copy(recv + off * es_, h, bytes); break;
+  }
+}
+
+// Three host buffers in turn: while piece k runs on one, the device copies piece k-1 out of the
+// second and piece k+1 into the third; the fence after piece k waits for both, so the buffer
+// piece k+2 copies into next is the one piece k-1 left.
+void PipelinedStaging::run(const std::function<void(const CollArgs&, size_t)>& run) {
+  copy_in(0);
+  dev_.fence();
+  for (size_t k = 0; k < pieces_; ++k) {
+    if (k + 1 < pieces_) copy_in(k + 1);
+    run(piece(k), k);
+    dev_.fence();
+    copy_out(k);
+  }
+  dev_.fence();
 }
 
 }  // namespace smddp::detail

@@ -2,7 +2,8 @@
 // GPU: the stand-in device's memory faults when the host or the network touches it
 // (far_device.h), and its copies land late. Every collective, in place and out of place, two
 // counts (one of several pipeline slices), the hierarchical and the direct algorithms, on 2
-// pretend nodes over loopback: results equal a scalar reference, outputs a rank does not own
+// pretend nodes over loopback, staged whole and in pieces (the larger count's allreduce,
+// allgather and reduce_scatter): results equal a scalar reference, outputs a rank does not own
 // keep their sentinels, and a collective that fails writes nothing.
 #include <gtest/gtest.h>
 
@@ -26,11 +27,15 @@ constexpr float kSentinel = -7.0f;
 
 struct Layout {
   int hosts, per_host;
+  const char* piece;  // SMDDP_CUDA_STAGING_PIECE: 64k cuts the 70 001-element calls into 5-18 pieces
 };
 
 RunOptions pretend_nodes(const Layout& l) {
   RunOptions ro;
-  ro.env = {{"FI_TCP_IFACE", "lo"}, {"SMDDP_OFI_REGISTER", "always"}, {"SMDDP_HIER_SLICE", "256k"}};
+  ro.env = {{"FI_TCP_IFACE", "lo"},
+            {"SMDDP_OFI_REGISTER", "always"},
+            {"SMDDP_HIER_SLICE", "256k"},
+            {"SMDDP_CUDA_STAGING_PIECE", l.piece}};
   for (int h = 0; h < l.hosts; ++h)
     for (int i = 0; i < l.per_host; ++i) ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
   return ro;
@@ -135,6 +140,21 @@ void every_collective(Communicator& c, FarMemory& mem, size_t n, const std::stri
   mem.reset();
 }
 
+// An allreduce of `n` elements on device memory that the ranks disagree about: every rank gets
+// a MismatchError saying `why`, and its output keeps its sentinels (nothing was copied back).
+void mismatched_allreduce(Communicator& c, FarMemory& mem, size_t n, const std::string& what, const char* why,
+                          Report& rep) {
+  float* s = mem.alloc<float>(n);
+  float* r = mem.alloc<float>(n);
+  for (size_t i = 0; i < n; ++i) {
+    mem.host(s)[i] = value(c.rank(), i);
+    mem.host(r)[i] = kSentinel;
+  }
+  expect_throw<MismatchError>(
+      rep, what, [&] { c.allreduce(s, r, n, DataType::f32, ReduceOp::sum, Memory::cuda(0)).wait(); }, why);
+  check(mem, r, n, "the failed allreduce's output", rep, [](size_t) { return kSentinel; });
+}
+
 class CrossNodeStaging : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(CrossNodeStaging, EveryCollectiveOnDeviceMemoryMatchesTheReference) {
@@ -156,25 +176,34 @@ TEST_P(CrossNodeStaging, EveryCollectiveOnDeviceMemoryMatchesTheReference) {
     o.timeout = 60s;
     o.name = "mismatch";
     Communicator c(store, rank, w, o);
-    const size_t n = 64 + (rank == 0 ? 1 : 0);
-    float* s = mem.alloc<float>(n);
-    float* r = mem.alloc<float>(n);
-    for (size_t i = 0; i < n; ++i) {
-      mem.host(s)[i] = value(rank, i);
-      mem.host(r)[i] = kSentinel;
-    }
-    expect_throw<MismatchError>(
-        rep, "allreduce of 65 against 64 elements",
-        [&] { c.allreduce(s, r, n, DataType::f32, ReduceOp::sum, Memory::cuda(0)).wait(); },
-        "ranks called different collectives");
-    check(mem, r, n, "the failed allreduce's output", rep, [](size_t) { return kSentinel; });
+    mismatched_allreduce(c, mem, 64 + (rank == 0 ? 1 : 0), "allreduce of 65 against 64 elements",
+                         "ranks called different collectives", rep);
   }, pretend_nodes(l));
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, CrossNodeStaging, ::testing::Values(Layout{2, 2}, Layout{2, 1}, Layout{3, 1}),
+// Ranks whose SMDDP_CUDA_STAGING_PIECE differs would cut one collective differently: the
+// fingerprint says so before any piece runs, and nothing is written.
+TEST(CrossNodeStagingPieces, RanksThatCutACollectiveDifferentlyDisagree) {
+  RunOptions ro = pretend_nodes(Layout{2, 2, "64k"});
+  ro.rank_env[3].push_back({"SMDDP_CUDA_STAGING_PIECE", "128k"});
+  auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    FarMemory mem(size_t{8} << 20);
+    FarDeviceStandIn stand_in(mem);
+    Options o;
+    o.timeout = 60s;
+    Communicator c(store, rank, w, o);
+    mismatched_allreduce(c, mem, 70001, "allreduce cut into 64 KiB and 128 KiB pieces", "staged in pieces of", rep);
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CrossNodeStaging,
+                         ::testing::Values(Layout{2, 2, "64k"}, Layout{2, 2, "0"}, Layout{2, 1, "64k"},
+                                           Layout{3, 1, "64k"}),
                          [](const ::testing::TestParamInfo<Layout>& i) {
-                           return std::to_string(i.param.hosts) + "x" + std::to_string(i.param.per_host);
+                           return std::to_string(i.param.hosts) + "x" + std::to_string(i.param.per_host) +
+                                  (std::string(i.param.piece) == "0" ? "_whole" : "_pieces");
                          });
 
 }  // namespace

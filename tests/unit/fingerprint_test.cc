@@ -26,6 +26,19 @@ TEST(Fingerprint, MemoryKindIsComparedAndNamed) {
   EXPECT_EQ(describe(gpu0), "allreduce(f32, 16 elements, sum, CUDA memory) as collective #3");
 }
 
+// Across nodes a collective on CUDA memory may be staged in pieces (core/host_staging.h): ranks
+// that would cut it differently must not run it, and the clause names the setting.
+TEST(Fingerprint, StagingPiecesAreComparedAndNamed) {
+  const auto whole = fingerprint(3, allreduce(Memory::cuda(0)));
+  const auto cut = fingerprint(3, allreduce(Memory::cuda(0)), nullptr, 4);
+  const auto other = fingerprint(3, allreduce(Memory::cuda(0)), nullptr, 8);
+  EXPECT_NE(whole, cut);
+  EXPECT_NE(cut, other);
+  EXPECT_EQ(describe(cut),
+            "allreduce(f32, 16 elements, sum, staged in pieces of 4 elements a block (SMDDP_CUDA_STAGING_PIECE), CUDA "
+            "memory) as collective #3");
+}
+
 // The algorithm is compared; a clause names it only where another clause differs from it in
 // the algorithm alone (here ranks 0 and 1; rank 2 differs in count, and its clause does not).
 TEST(Fingerprint, AlgorithmIsComparedAndNamedWhereItIsTheDifference) {
