@@ -25,6 +25,11 @@ struct ReduceArgs {
 
 void reduce(const ReduceArgs& a);
 
+// True when reduce(a) writes its one source's values unchanged, so a copy may stand in for it
+// (the CUDA device's copy engines copy at memory speed, its kernel on a few SMs far slower): one
+// source, an op the dtype supports, and nothing scaled (avg by 1, premul_sum by 1 scale nothing).
+bool is_copy(const ReduceArgs& a);
+
 // The kernels behind reduce(), one set per instruction set (reduce_kernels.inc, compiled by each
 // reduce_<isa>.cc for its target): reduce_dispatch.cc picks one, the tests call each. The AVX
 // ones exist on x86-64 only.

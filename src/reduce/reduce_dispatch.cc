@@ -24,6 +24,13 @@ const char* choose_isa(const std::string& force, bool avx_built, bool has_avx2, 
   return has_avx512 ? "avx512" : has_avx2 ? "avx2" : "scalar";
 }
 
+bool is_copy(const ReduceArgs& a) {
+  if (a.nsrc != 1 || !supports(a.dtype, a.op.op)) return false;
+  if (a.op.op == ReduceOp::avg) return a.divisor == 1;
+  if (a.op.op == ReduceOp::premul_sum) return a.op.factor == 1.0;
+  return true;
+}
+
 namespace {
 struct Choice {
   void (*fn)(const ReduceArgs&);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "reduce/element_io.h"
@@ -160,6 +161,47 @@ TEST(ReduceKernels, HalfAccumulatesInFloatAndRoundsOnce) {
   const void* srcs[] = {&a, &b, &c};
   reduce::reduce({&out, srcs, 3, 1, DataType::f16, ReduceOp::sum, 3});
   EXPECT_EQ(f16_to_f32(out), 2050.0f);
+}
+
+// is_copy: where it says a reduction of one source may be a copy (the CUDA device then copies
+// instead of launching the kernel), the kernels write exactly the source's bytes; the scaling
+// ops, several sources and unsupported pairs are never copies.
+TEST(ReduceKernels, OneSourceCopiesAreWhatTheKernelsWrite) {
+  const DataType types[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i8,
+                            DataType::u8,  DataType::i32, DataType::i64, DataType::boolean};
+  std::mt19937_64 rng(7);
+  size_t copies = 0;
+  for (DataType t : types) {
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      const auto op = static_cast<ReduceOp>(o);
+      for (const Reduction red : {Reduction(op), Reduction::premul_sum(1.0), Reduction::premul_sum(0.5)}) {
+        if (red.op != op && op != ReduceOp::premul_sum) continue;
+        for (int divisor : {1, 2}) {
+          const size_t n = 1000, es = dtype_size(t);
+          std::vector<std::byte> src(n * es), dst(n * es);
+          for (size_t i = 0; i < n; ++i) {
+            // Any bits of the type, but no NaN (a kernel may quiet one) and bools of 0 and 1.
+            const double v = t == DataType::boolean ? static_cast<double>(rng() % 2)
+                             : is_floating(t)       ? static_cast<double>(static_cast<int64_t>(rng() % 200001) - 100000) / 64
+                                                    : static_cast<double>(static_cast<int64_t>(rng() % 255) - 127);
+            put(src.data(), i, t, t == DataType::u8 ? std::fabs(v) : v);
+          }
+          const void* srcs[] = {src.data()};
+          const ReduceArgs a{dst.data(), srcs, 1, n, t, red, divisor};
+          const bool scales = (op == ReduceOp::avg && divisor != 1) || (op == ReduceOp::premul_sum && red.factor != 1.0);
+          EXPECT_EQ(is_copy(a), supports(t, op) && !scales) << to_string(t) << ' ' << to_string(op) << " /" << divisor;
+          if (!is_copy(a)) continue;
+          ++copies;
+          reduce::reduce(a);
+          EXPECT_EQ(std::memcmp(dst.data(), src.data(), n * es), 0)
+              << to_string(t) << ' ' << to_string(op) << ": the kernel did not write its one source";
+          const void* two[] = {src.data(), src.data()};
+          EXPECT_FALSE(is_copy({dst.data(), two, 2, n, t, red, divisor}));
+        }
+      }
+    }
+  }
+  EXPECT_GT(copies, 40u);
 }
 
 TEST(ReduceKernels, UnsupportedCombinationThrows) {

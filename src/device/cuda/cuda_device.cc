@@ -63,6 +63,10 @@ class CudaDevice final : public cuda::StreamDevice {
   void reduce(const reduce::ReduceArgs& a) override {
     if (a.count == 0) return;
     if (a.nsrc < 1) throw SystemError("smddp: cuda: a reduction of " + std::to_string(a.nsrc) + " sources");
+    // One source the op leaves as it is (a rank alone, or one rank's part): a copy, on the copy
+    // engines at memory speed where the kernel on SMDDP_CUDA_SMS SMs reads about 27 GB/s
+    // (docs/gpu.md); in place, nothing at all.
+    if (reduce::is_copy(a)) return copy(a.dst, a.srcs[0], a.count * dtype_size(a.dtype));
     // More sources than a kernel takes (a node of over 16 ranks): the CPU path, correct and slow.
     cuda::DeviceScope on(ordinal_);  // device_view asks about the current GPU
     if (a.nsrc > reduce::cuda::kMaxSources) return reduce_on_host(a);
