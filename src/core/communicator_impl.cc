@@ -36,6 +36,7 @@ namespace {
 // Scratch buffers up to this size stay with the communicator between collectives; larger ones
 // (a one-off huge message through an algorithm that needs scratch of its size) are freed.
 constexpr size_t kScratchKeep = size_t{64} << 20;
+constexpr size_t kMinStagingPiece = size_t{64} << 10;  // SMDDP_CUDA_STAGING_PIECE, when not 0
 
 // Each rank counts, in the store itself, the communicators it made there under this name. The
 // ranks of a group make theirs in the same order, so the counts agree and a reused store never
@@ -87,6 +88,9 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   device::host_copy_kind();     // and a bad SMDDP_HOST_COPY
   algorithms::host_window_mode();  // and SMDDP_HOST_WINDOW
   reduce::isa();                   // and SMDDP_REDUCE_ISA
+  if (staging_piece_ > 0 && staging_piece_ < kMinStagingPiece)  // and a piece too small to pay its rounds
+    throw InvalidArgument("smddp: SMDDP_CUDA_STAGING_PIECE=" + config::get_string("SMDDP_CUDA_STAGING_PIECE") +
+                          " is below 64k (each piece is a collective of its own); 0 stages whole buffers");
   overrides_ = algorithms::parse_overrides(options_.algorithms);
   topo_ = topology::discover(*store_, rank, size, options_.timeout);
   multi_node_ = topo_.num_nodes() > 1;
@@ -406,17 +410,20 @@ void CommunicatorImpl::run_staged(algorithms::Context& ctx, OpInfo& op, const Co
     staging.stage_out(dev);  // only after success: a failed collective leaves the outputs alone
   } else {
     // Piece k runs as collective number coll_seq + k (collective() reserved them), so its
-    // messages never match another piece's. The first piece runs `algo` (the one compared
-    // between the ranks); the last, shorter one may choose another for its size, as every rank
-    // does.
-    const uint64_t first = op.coll_seq;
+    // messages never match another piece's. Every piece runs `algo`, the one the ranks compared
+    // (chosen for a whole piece; the algorithms run at any count): a shorter last piece
+    // choosing again by its size could pick by settings the ranks never compared.
+    struct Restore {
+      OpInfo& op;
+      uint64_t first;
+      ~Restore() { op.coll_seq = first; }
+    } restore{op, op.coll_seq};
     PipelinedStaging staging(*staging_pool_, dev, args, rank_, size_, staging_piece_);
     staging.run([&](const CollArgs& piece, size_t k) {
-      op.coll_seq = first + k;
-      (k == 0 ? algo : algorithm_for(args, piece.count)).run(ctx, piece);
+      op.coll_seq = restore.first + k;
+      algo.run(ctx, piece);
       if (shm_->announcement_pending()) agreement_round(op);
     });
-    op.coll_seq = first;
   }
   staging_pool_->trim(kScratchKeep);
 }

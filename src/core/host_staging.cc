@@ -185,15 +185,25 @@ void PipelinedStaging::copy_out(size_t k) {
 // second and piece k+1 into the third; the fence after piece k waits for both, so the buffer
 // piece k+2 copies into next is the one piece k-1 left.
 void PipelinedStaging::run(const std::function<void(const CollArgs&, size_t)>& run) {
-  copy_in(0);
-  dev_.fence();
-  for (size_t k = 0; k < pieces_; ++k) {
-    if (k + 1 < pieces_) copy_in(k + 1);
-    run(piece(k), k);
+  try {
+    copy_in(0);
     dev_.fence();
-    copy_out(k);
+    for (size_t k = 0; k < pieces_; ++k) {
+      if (k + 1 < pieces_) copy_in(k + 1);
+      run(piece(k), k);
+      dev_.fence();
+      copy_out(k);
+    }
+    dev_.fence();
+  } catch (...) {
+    // A piece failed with the next piece's copy in and the last one's copy out still queued:
+    // they use the pool's buffers and the caller's, so they land before anyone frees either.
+    try {
+      dev_.fence();
+    } catch (...) {  // the device's own failure; the piece's error is the one to report
+    }
+    throw;
   }
-  dev_.fence();
 }
 
 }  // namespace smddp::detail

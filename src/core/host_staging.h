@@ -74,7 +74,8 @@ class PipelinedStaging {
 
   // Calls run(piece, k) for k = 0, 1, ..., each piece the same collective in place on host
   // buffers (memory: host); piece k's outputs are copied back while piece k+1 runs, and all of
-  // them have landed when this returns. If run throws, the pieces before the one that failed
+  // them have landed when this returns. If run throws, the copies queued meanwhile have landed
+  // when the error leaves here, and the pieces before the one that failed
   // may have been copied back: the outputs are then partly written, as a failed collective on
   // host memory leaves them (a disagreement between the ranks is found in the first piece,
   // before anything is written).
@@ -88,7 +89,7 @@ class PipelinedStaging {
   algorithms::CollArgs piece(size_t k) const;
 
   device::Device& dev_;
-  const algorithms::CollArgs& a_;
+  const algorithms::CollArgs a_;  // a copy: the caller's may be a temporary
   int rank_, size_;
   size_t pieces_, per_piece_, es_;
   std::byte* bufs_[3] = {};

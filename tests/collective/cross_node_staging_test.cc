@@ -6,6 +6,8 @@
 // allgather and reduce_scatter): results equal a scalar reference, outputs a rank does not own
 // keep their sentinels, and a collective that fails writes nothing.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -195,6 +197,38 @@ TEST(CrossNodeStagingPieces, RanksThatCutACollectiveDifferentlyDisagree) {
     Communicator c(store, rank, w, o);
     mismatched_allreduce(c, mem, 70001, "allreduce cut into 64 KiB and 128 KiB pieces", "staged in pieces of", rep);
   }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// A rank that dies between pieces (killed as it queues its fifth device copy: piece 0 done and
+// copied out, piece 1's copy in queued) is named on every other rank within the timeout, on its
+// node and the other; nothing hangs, and nothing crashes while the survivors' queued copies drain.
+TEST(CrossNodeStagingPieces, ARankKilledBetweenPiecesIsNamedEverywhere) {
+  auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    FarMemory mem(size_t{8} << 20);
+    int copies = 0;
+    FarDeviceStandIn stand_in(mem, [&] {
+      if (rank == 3 && ++copies == 5) ::kill(::getpid(), SIGKILL);
+    });
+    Options o;
+    o.timeout = 20s;  // detection must come well before this
+    Communicator c(store, rank, w, o);
+    const size_t n = 70001;  // 5 pieces of 64 KiB
+    float* v = mem.alloc<float>(n);
+    for (size_t i = 0; i < n; ++i) mem.host(v)[i] = value(rank, i);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      c.allreduce(v, v, n, DataType::f32, ReduceOp::sum, Memory::cuda(0)).wait();
+      rep.fail("the allreduce succeeded although rank 3 died in it");
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("rank 3") == std::string::npos)
+        rep.fail("the error does not name the lost rank 3: " + std::string(e.what()));
+    }
+    const auto took = std::chrono::steady_clock::now() - t0;
+    if (took > 15s) rep.fail("took " + std::to_string(took.count() / 1000000) + " ms");
+  }, pretend_nodes(Layout{2, 2, "64k"}));
+  ASSERT_EQ(res.ranks[3].exit_code, -SIGKILL) << res.summary();
+  res.ranks[3].exit_code = 0;
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 

@@ -89,6 +89,22 @@ TEST(Failure, BadReduceIsaIsRejectedAtConstruction) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// A staging piece so small that its rounds would cost more than its bytes (a typo of 4 for 4m)
+// is refused at construction, like the others; 0 (whole buffers) is allowed.
+TEST(Failure, TinyStagingPieceIsRejectedAtConstruction) {
+  RunOptions ro;
+  ro.env = {{"SMDDP_CUDA_STAGING_PIECE", "4"}};
+  auto res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    expect_throw<InvalidArgument>(rep, "SMDDP_CUDA_STAGING_PIECE=4", [&] { Communicator c(store, rank, w, Options{}); },
+                                  "SMDDP_CUDA_STAGING_PIECE=4 is below 64k");
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+  ro.env = {{"SMDDP_CUDA_STAGING_PIECE", "0"}};
+  res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report&) { Communicator c(store, rank, w, Options{}); },
+                  ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 #ifndef SMDDP_HAVE_LIBFABRIC
 // A build without libfabric (SMDDP_WITH_LIBFABRIC=OFF, or no libfabric-dev) runs within one node
 // and says so, on every rank, when the ranks span nodes.

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -72,9 +73,11 @@ class FarMemory {
 // late (on LateDevice's worker thread), fence() when they landed.
 class FarDevice final : public device::Device {
  public:
-  explicit FarDevice(const FarMemory& mem) : mem_(mem) {}
+  // on_copy: called as each copy is queued (a test's fault injection), if set.
+  explicit FarDevice(const FarMemory& mem, std::function<void()> on_copy = {}) : mem_(mem), on_copy_(std::move(on_copy)) {}
   const char* name() const override { return "far"; }
   void copy(void* dst, const void* src, size_t bytes) override {
+    if (on_copy_) on_copy_();
     late_.copy(mem_.translate(dst), mem_.translate(src), bytes);
   }
   void reduce(const reduce::ReduceArgs& args) override {
@@ -89,6 +92,7 @@ class FarDevice final : public device::Device {
 
  private:
   const FarMemory& mem_;
+  std::function<void()> on_copy_;
   LateDevice late_;
 };
 
@@ -96,8 +100,8 @@ class FarDevice final : public device::Device {
 // FarDevice on `mem`.
 class FarDeviceStandIn {
  public:
-  explicit FarDeviceStandIn(const FarMemory& mem) {
-    device::set_cuda_stand_in([&mem](int) { return std::make_unique<FarDevice>(mem); });
+  explicit FarDeviceStandIn(const FarMemory& mem, std::function<void()> on_copy = {}) {
+    device::set_cuda_stand_in([&mem, on_copy](int) { return std::make_unique<FarDevice>(mem, on_copy); });
   }
   ~FarDeviceStandIn() { device::set_cuda_stand_in({}); }
   FarDeviceStandIn(const FarDeviceStandIn&) = delete;

@@ -7,6 +7,7 @@
 // while a copy still reads it, and that the outputs have all landed when run() returns.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,8 +62,8 @@ struct Piece {
 // (first: the index of the piece's first element in each block).
 template <class Play>
 std::vector<Piece> staged(const CollArgs& a, int rank, int size, size_t piece_bytes, Play play) {
+  algorithms::ScratchPool pool;  // first: the device's queued copies use it until the device goes
   testing::LateDevice dev;
-  algorithms::ScratchPool pool;
   PipelinedStaging staging(pool, dev, a, rank, size, piece_bytes);
   const size_t per = staging_piece_elements(a, size, piece_bytes);
   std::vector<Piece> seen;
@@ -164,6 +165,26 @@ TEST(PipelinedStaging, ReduceScatterPiecesScatterTheirRanksBlocks) {
     ASSERT_EQ(pieces.size(), 5u);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(recv[i], sum(i)) << "element " << i << (in_place ? " in place" : "");
   }
+}
+
+// A piece that fails: its error comes out of run(), and by then the copies queued meanwhile have
+// landed (the output of the pieces before it, copied back; nothing after), so the caller may
+// free its buffers and the pool.
+TEST(PipelinedStaging, AFailedPieceLeavesNoCopyInFlight) {
+  const size_t n = 16 * 6;
+  std::vector<float> send(n), out(n, -1.0f);
+  for (size_t i = 0; i < n; ++i) send[i] = input(0, i);
+  algorithms::ScratchPool pool;
+  testing::LateDevice dev;
+  PipelinedStaging staging(pool, dev, args(CollKind::allreduce, send.data(), out.data(), n), 0, 2, 64);
+  EXPECT_THROW(staging.run([](const CollArgs& p, size_t k) {
+    if (k == 2) throw std::runtime_error("piece 2 failed");
+    float* h = static_cast<float*>(p.recv);
+    for (size_t j = 0; j < p.count; ++j) h[j] *= 2;
+  }),
+               std::runtime_error);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(out[i], i < 32 ? 2 * input(0, i) : -1.0f) << "element " << i << " right after the error";
 }
 
 // The three host buffers in turn: a piece never runs on the buffer a copy of another piece
