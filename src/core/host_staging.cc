@@ -159,9 +159,8 @@ void PipelinedStaging::copy_in(size_t k) {
   std::byte* h = host(k);
   switch (a_.kind) {
     case CollKind::allgather: dev_.copy(h + static_cast<size_t>(rank_) * bytes, send + off * es_, bytes); break;
-    case CollKind::reduce_scatter:
-      for (size_t r = 0; r < static_cast<size_t>(size_); ++r)
-        dev_.copy(h + r * bytes, send + (r * a_.count + off) * es_, bytes);
+    case CollKind::reduce_scatter:  // every rank's block of the piece, side by side
+      dev_.copy_rows(h, bytes, send + off * es_, a_.count * es_, bytes, static_cast<size_t>(size_));
       break;
     default: dev_.copy(h, send + off * es_, bytes); break;
   }
@@ -172,9 +171,8 @@ void PipelinedStaging::copy_out(size_t k) {
   auto* recv = static_cast<std::byte*>(a_.recv);
   const std::byte* h = host(k);
   switch (a_.kind) {
-    case CollKind::allgather:
-      for (size_t r = 0; r < static_cast<size_t>(size_); ++r)
-        dev_.copy(recv + (r * a_.count + off) * es_, h + r * bytes, bytes);
+    case CollKind::allgather:  // back to every rank's block
+      dev_.copy_rows(recv + off * es_, a_.count * es_, h, bytes, bytes, static_cast<size_t>(size_));
       break;
     case CollKind::reduce_scatter: dev_.copy(recv + off * es_, h + static_cast<size_t>(rank_) * bytes, bytes); break;
     default: dev_.copy(recv + off * es_, h, bytes); break;

@@ -14,6 +14,14 @@ class Device {
   virtual const char* name() const = 0;
   // dst and src must not overlap; dst == src is a no-op.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // `rows` copies of `bytes` each, row i from src + i * src_stride to dst + i * dst_stride (rank
+  // blocks gathered or scattered): one call where the device has one (CUDA's 2D copy, not a
+  // launch per row), else a copy() per row. No row may overlap another's source or destination.
+  virtual void copy_rows(void* dst, size_t dst_stride, const void* src, size_t src_stride, size_t bytes,
+                         size_t rows) {
+    for (size_t i = 0; i < rows; ++i)
+      copy(static_cast<std::byte*>(dst) + i * dst_stride, static_cast<const std::byte*>(src) + i * src_stride, bytes);
+  }
   virtual void reduce(const reduce::ReduceArgs& args) = 0;
   // Returns once every copy and reduction issued so far has landed in memory, so that the other
   // ranks may read it. Host memory: at once (copies and reductions are done when they return).

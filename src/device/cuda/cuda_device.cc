@@ -39,6 +39,9 @@ class CudaDevice final : public cuda::StreamDevice {
     cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
     max_blocks_ = static_cast<int>(std::clamp<int64_t>(config::get_int("SMDDP_CUDA_SMS"), 1, sms));
     vector_reduce_ = config::get_bool("SMDDP_CUDA_VECTOR_REDUCE");
+    int pitch = 0;
+    cuda::check(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, ordinal), "cudaDeviceGetAttribute");
+    max_pitch_ = static_cast<size_t>(pitch);
     SMDDP_LOG(INFO, -1) << "cuda device " << ordinal << ": reduction kernels launch with at most " << max_blocks_
                         << " of its " << sms << " SMs (SMDDP_CUDA_SMS), "
                         << (vector_reduce_ ? "16 bytes" : "one element") << " per load (SMDDP_CUDA_VECTOR_REDUCE)";
@@ -58,6 +61,17 @@ class CudaDevice final : public cuda::StreamDevice {
     // cudaMemcpyDefault: the direction comes from the pointers (unified addressing). A pageable
     // source is staged by the driver before this returns, so the caller may reuse it at once.
     cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+  }
+
+  void copy_rows(void* dst, size_t dst_stride, const void* src, size_t src_stride, size_t bytes,
+                 size_t rows) override {
+    if (bytes == 0 || rows == 0) return;
+    // Strides beyond what the 2D copy takes (cudaDevAttrMaxPitch), or one row: a copy per row.
+    if (rows == 1 || dst_stride > max_pitch_ || src_stride > max_pitch_)
+      return Device::copy_rows(dst, dst_stride, src, src_stride, bytes, rows);
+    cuda::DeviceScope on(ordinal_);
+    cuda::check(cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, bytes, rows, cudaMemcpyDefault, stream_),
+                "cudaMemcpy2DAsync");
   }
 
   void reduce(const reduce::ReduceArgs& a) override {
@@ -124,6 +138,7 @@ class CudaDevice final : public cuda::StreamDevice {
   cudaStream_t stream_ = nullptr;
   int max_blocks_ = 8;
   bool vector_reduce_ = false;
+  size_t max_pitch_ = 0;  // the largest stride cudaMemcpy2DAsync takes
 };
 
 }  // namespace
