@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/scratch_pool.h"
 #include "collective/algorithm_cases.h"
+#include "core/host_staging.h"
 #include "collective/reference.h"
 #include "device/cuda.h"
 #include "smddp/communicator.h"
@@ -176,6 +178,92 @@ INSTANTIATE_TEST_SUITE_P(Kernel, GpuReduce, ::testing::Values(false, true),
 // Every node algorithm of the registry with device buffers, the CUDA device and CUDA IPC
 // windows: the configuration a GPU node runs. Ranks share the GPUs there are (rank % count), so
 // one GPU runs 4 ranks.
+// Staging in pieces (core/host_staging.h: CUDA memory across nodes) on device memory and the
+// GPU's stream: the next piece copied in and the last one out while a piece runs, the rank
+// blocks of allgather and reduce_scatter gathered and scattered by one 2D copy each
+// (Device::copy_rows, cudaMemcpy2DAsync), into page-locked host buffers as the communicator's.
+// Each piece's collective is played on its host buffer by the test, as in
+// tests/unit/pipelined_staging_test.cc: the GPU machine has no libfabric for pretend nodes.
+TEST(GpuStaging, PiecesGatherAndScatterTheRankBlocksOnDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  auto res = run_ranks(1, [](int, int, std::shared_ptr<Store>, Report& rep) {
+    using algorithms::CollArgs;
+    using algorithms::CollKind;
+    auto dev = device::cuda_device(0);
+    algorithms::ScratchPool pool([](const void* p, size_t n) { device::cuda_register_host(const_cast<void*>(p), n); },
+                                 [](const void* p, size_t) { device::cuda_unregister_host(const_cast<void*>(p)); });
+    const int w = 3, me = 1;
+    const size_t n = 8 * 5 + 1, W = w, piece_bytes = 96;  // 8 floats of each block a piece (24 of allreduce)
+    auto input = [](size_t r, size_t i) { return static_cast<float>(1000 * r + i); };
+    auto to_device = [&](const std::vector<float>& h) {
+      float* d = static_cast<float*>(device::cuda_malloc(h.size() * sizeof(float)));
+      dev->copy(d, h.data(), h.size() * sizeof(float));
+      return d;
+    };
+    auto to_host = [&](const float* d, size_t count) {
+      std::vector<float> h(count);
+      dev->copy(h.data(), d, count * sizeof(float));
+      dev->fence();
+      return h;
+    };
+    auto run = [&](CollKind kind, const float* send, float* recv, auto play) {
+      CollArgs a;
+      a.kind = kind;
+      a.send = send;
+      a.recv = recv;
+      a.count = n;
+      a.memory = Memory::cuda(0);
+      detail::PipelinedStaging(pool, *dev, a, me, w, piece_bytes).run([&](const CollArgs& p, size_t k) {
+        play(p, k * (kind == CollKind::allreduce ? 24 : 8));
+      });
+    };
+    auto expect = [&](const std::string& what, const std::vector<float>& got, auto want) {
+      for (size_t i = 0; i < got.size(); ++i)
+        if (got[i] != want(i)) {
+          rep.fail(what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+                   std::to_string(want(i)));
+          return;
+        }
+    };
+
+    std::vector<float> mine(n), all(n * W), none(n * W, -1.0f);
+    for (size_t i = 0; i < n; ++i) mine[i] = input(me, i);
+    for (size_t i = 0; i < n * W; ++i) all[i] = input(i / n, i % n);
+    float* s = to_device(mine);
+    float* r = to_device(none);
+    run(CollKind::allreduce, s, r, [&](const CollArgs& p, size_t) {
+      for (size_t j = 0; j < p.count; ++j) static_cast<float*>(p.recv)[j] *= 3;
+    });
+    expect("allreduce in pieces", to_host(r, n), [&](size_t i) { return 3 * input(me, i); });
+
+    run(CollKind::allgather, s, r, [&](const CollArgs& p, size_t first) {
+      float* h = static_cast<float*>(p.recv);
+      for (size_t j = 0; j < p.count; ++j)
+        for (size_t b = 0; b < W; ++b)
+          if (b != static_cast<size_t>(me)) h[b * p.count + j] = input(b, first + j);
+    });
+    expect("allgather in pieces", to_host(r, n * W), [&](size_t i) { return input(i / n, i % n); });
+
+    float* big = to_device(all);
+    float* out = to_device(none);
+    run(CollKind::reduce_scatter, big, out, [&](const CollArgs& p, size_t) {
+      float* h = const_cast<float*>(static_cast<const float*>(p.send));
+      for (size_t j = 0; j < p.count; ++j) {
+        float sum = 0;
+        for (size_t b = 0; b < W; ++b) sum += h[b * p.count + j];
+        h[static_cast<size_t>(me) * p.count + j] = sum;
+      }
+    });
+    expect("reduce_scatter in pieces", to_host(out, n), [&](size_t i) {
+      float sum = 0;
+      for (size_t b = 0; b < W; ++b) sum += input(b, i);  // what the play summed: element i of every block
+      return sum;
+    });
+    for (float* d : {s, r, big, out}) device::cuda_free(d);
+  }, gpu_options());
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 class GpuAlgorithms : public ::testing::TestWithParam<int> {};
 
 TEST_P(GpuAlgorithms, EveryNodeAlgorithmOnDeviceMemory) {
