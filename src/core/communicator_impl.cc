@@ -340,7 +340,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     const std::function<void()> watch = [&] { watch_remote(op); };
     // CUDA memory across nodes runs on host copies (host_staging.h): the algorithm then sees
     // host memory, and only the copies in and out see the GPU. A large one runs in pieces,
-    // each piece a collective of its own (the algorithm chosen for its size).
+    // each piece a collective of its own (all with the algorithm chosen for a whole piece).
     const bool staged = multi_node_ && args.memory.kind == Memory::Kind::cuda;
     const size_t piece_elements = staged ? staging_piece_elements(args, size_, staging_piece_) : 0;
     device::Device& mem_dev = device_for(args.memory);
@@ -367,7 +367,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo->name
                             << " count " << args.count << ' ' << to_string(args.dtype);
     if (staged) {
-      run_staged(ctx, op, args, *algo, mem_dev);
+      run_staged(ctx, op, args, *algo, mem_dev, piece_elements);
     } else {
       algo->run(ctx, args);
       ctx.dev.fence();  // the outputs are complete when the collective is
@@ -401,8 +401,8 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
 }
 
 void CommunicatorImpl::run_staged(algorithms::Context& ctx, OpInfo& op, const CollArgs& args,
-                                  const algorithms::Algorithm& algo, device::Device& dev) {
-  if (staging_pieces(args, size_, staging_piece_) == 1) {
+                                  const algorithms::Algorithm& algo, device::Device& dev, size_t piece_elements) {
+  if (piece_elements == 0) {
     HostStaging staging(*staging_pool_);
     const CollArgs host_args = staging.stage_in(dev, args, rank_, size_);
     algo.run(ctx, host_args);

@@ -60,9 +60,10 @@ class CommunicatorImpl {
   // Index of a global rank within this node's shm group, or -1 when it is on another node.
   int local_index(int global_rank) const;
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);
-  // CUDA memory across nodes: the collective on host copies, whole or in pieces (host_staging.h).
+  // CUDA memory across nodes: the collective on host copies, whole or in pieces of
+  // `piece_elements` a block (staging_piece_elements; 0: whole) (host_staging.h).
   void run_staged(algorithms::Context& ctx, OpInfo& op, const algorithms::CollArgs& args,
-                  const algorithms::Algorithm& algo, device::Device& dev);
+                  const algorithms::Algorithm& algo, device::Device& dev, size_t piece_elements);
   // How many collective sequence numbers `args` takes: one, or one per piece when it is staged
   // in pieces (each piece's network tags are its own). Equal on every rank that agrees on it.
   size_t sequence_numbers(const algorithms::CollArgs& args) const;
