@@ -65,7 +65,7 @@ void allreduce_hier(Context& ctx, const CollArgs& a) {
       const auto b = patterns::block(shard.count, N, n);
       s.parts[static_cast<size_t>(n)] = {at(a.recv, shard.begin + b.begin, es), b.count};
     }
-    s.scratch = ctx.scratch->get(k % 3, static_cast<size_t>(N) * s.parts[static_cast<size_t>(me)].count * es);
+    s.scratch = scratch_buffer(ctx, k % 3, static_cast<size_t>(N) * s.parts[static_cast<size_t>(me)].count * es);
     post_peer_reduce_scatter(s.rs, static_cast<uint32_t>(2 * k), peers, me, s.parts, s.scratch, es);
   };
   auto stage_b_c = [&](size_t k) {  // reduce my sub-block, then post the peers' allgather

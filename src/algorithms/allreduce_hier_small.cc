@@ -27,7 +27,7 @@ void allreduce_hier_small(Context& ctx, const CollArgs& a) {
   allreduce_one_shot(ctx, local);
   if (a.count == 0) return;
   // Node n's partial arrives in block n of scratch; block me is my own, in recv.
-  std::byte* scratch = ctx.scratch->get(0, static_cast<size_t>(N) * a.count * es);
+  std::byte* scratch = scratch_buffer(ctx, 0, static_cast<size_t>(N) * a.count * es);
   std::vector<Piece> parts(static_cast<size_t>(N));
   for (int n = 0; n < N; ++n) parts[static_cast<size_t>(n)] = {scratch + static_cast<size_t>(n) * a.count * es, a.count};
   parts[static_cast<size_t>(me)].ptr = static_cast<std::byte*>(a.recv);

@@ -27,7 +27,7 @@ void allreduce_window(Context& ctx, const CollArgs& a) {
   if (!open_windows(ctx, {{a.send, bytes}, {a.recv, bytes}}, peers)) return allreduce_rs_ag(ctx, a);
   // Scratch for w-1 peer pieces of one chunk, bounded like the staging slots.
   const size_t chunk = std::max<size_t>(1, ctx.shm.slot_bytes() / es);
-  std::byte* scratch = ctx.scratch->get(kWindowScratchSlot, chunk * es * static_cast<size_t>(w > 1 ? w - 1 : 1));
+  std::byte* scratch = scratch_buffer(ctx, kWindowScratchSlot, chunk * es * static_cast<size_t>(w > 1 ? w - 1 : 1));
   std::vector<const void*> srcs(static_cast<size_t>(w));
   const auto seg = patterns::block(a.count, w, me);
   for (size_t c = 0; c < patterns::num_chunks(seg.count, chunk); ++c) {

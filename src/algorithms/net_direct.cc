@@ -9,6 +9,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/net_exchange.h"
+#include "algorithms/scratch_pool.h"
 #include "core/config.h"
 #include "patterns/partition.h"
 #include "smddp/errors.h"
@@ -25,20 +26,22 @@ struct Ranks {
 Ranks global(const Context& ctx) { return {ctx.topo->rank, ctx.topo->size}; }
 
 // Rank `me` owns block `mine` (elements [mine.begin, mine.end()) of each rank's `send`); the
-// others send it their copy, the owner reduces all of them in rank order into `dst`.
+// others send it their copy, the owner reduces all of them in rank order into `dst`. The copies
+// land in the communicator's scratch (scratch_pool.h), not in a buffer of this call: on an
+// asynchronous device the reduction reads them after this returns.
 void reduce_at_owner(Context& ctx, NetExchange& x, const void* send, void* dst, const std::vector<patterns::Range>& blocks,
-                     DataType t, Reduction op, int divisor, uint32_t step, std::vector<std::byte>& scratch) {
+                     DataType t, Reduction op, int divisor, uint32_t step) {
   const auto [me, G] = global(ctx);
   const size_t es = dtype_size(t);
   const auto& mine = blocks[static_cast<size_t>(me)];
-  scratch.resize(std::max<size_t>(1, mine.count * es * static_cast<size_t>(G)));
+  std::byte* scratch = scratch_buffer(ctx, 0, mine.count * es * static_cast<size_t>(G));
   std::vector<const void*> srcs(static_cast<size_t>(G));
   for (int j = 0; j < G; ++j) {
     if (j == me) {
       srcs[static_cast<size_t>(j)] = at(send, mine.begin, es);
       continue;
     }
-    std::byte* tmp = scratch.data() + static_cast<size_t>(j) * mine.count * es;
+    std::byte* tmp = scratch + static_cast<size_t>(j) * mine.count * es;
     x.recv(j, tmp, mine.count * es, step);
     srcs[static_cast<size_t>(j)] = tmp;
     const auto& theirs = blocks[static_cast<size_t>(j)];
@@ -55,7 +58,6 @@ void allreduce_net_direct(Context& ctx, const CollArgs& a) {
   const size_t es = dtype_size(a.dtype);
   const size_t slice = std::max<size_t>(1, kSliceBytes / es) * static_cast<size_t>(G);
   NetExchange x(ctx);
-  std::vector<std::byte> scratch;
   uint32_t step = 0;
   for (size_t c = 0; c < patterns::num_chunks(a.count, slice); ++c) {
     const auto s = patterns::chunk_at(a.count, slice, c);
@@ -65,7 +67,7 @@ void allreduce_net_direct(Context& ctx, const CollArgs& a) {
       blocks.push_back({s.begin + b.begin, b.count});
     }
     const auto& mine = blocks[static_cast<size_t>(me)];
-    reduce_at_owner(ctx, x, a.send, at(a.recv, mine.begin, es), blocks, a.dtype, a.op, G, step++, scratch);
+    reduce_at_owner(ctx, x, a.send, at(a.recv, mine.begin, es), blocks, a.dtype, a.op, G, step++);
     for (int j = 0; j < G; ++j) {  // every owner sends its reduced block to everyone
       if (j == me) continue;
       x.send(j, at(a.recv, mine.begin, es), mine.count * es, step);
@@ -79,10 +81,9 @@ void allreduce_net_direct(Context& ctx, const CollArgs& a) {
 void reduce_scatter_net_direct(Context& ctx, const CollArgs& a) {
   const auto [me, G] = global(ctx);
   NetExchange x(ctx);
-  std::vector<std::byte> scratch;
   std::vector<patterns::Range> blocks;
   for (int j = 0; j < G; ++j) blocks.push_back({static_cast<size_t>(j) * a.count, a.count});
-  reduce_at_owner(ctx, x, a.send, a.recv, blocks, a.dtype, a.op, G, 0, scratch);
+  reduce_at_owner(ctx, x, a.send, a.recv, blocks, a.dtype, a.op, G, 0);
 }
 
 void reduce_net_direct(Context& ctx, const CollArgs& a) {
@@ -90,7 +91,6 @@ void reduce_net_direct(Context& ctx, const CollArgs& a) {
   const size_t es = dtype_size(a.dtype);
   const size_t slice = std::max<size_t>(1, kSliceBytes / es);
   NetExchange x(ctx);
-  std::vector<std::byte> scratch;
   std::vector<const void*> srcs(static_cast<size_t>(G));
   uint32_t step = 0;
   for (size_t c = 0; c < patterns::num_chunks(a.count, slice); ++c, ++step) {
@@ -102,13 +102,13 @@ void reduce_net_direct(Context& ctx, const CollArgs& a) {
       x.wait();
       continue;
     }
-    scratch.resize(std::max<size_t>(1, s.count * es * static_cast<size_t>(G)));
+    std::byte* scratch = scratch_buffer(ctx, 0, s.count * es * static_cast<size_t>(G));
     for (int j = 0; j < G; ++j) {
       if (j == me) {
         srcs[static_cast<size_t>(j)] = at(a.send, s.begin, es);
         continue;
       }
-      std::byte* tmp = scratch.data() + static_cast<size_t>(j) * s.count * es;
+      std::byte* tmp = scratch + static_cast<size_t>(j) * s.count * es;
       x.recv(j, tmp, s.count * es, step);
       if (c == 0) x.ready(j);
       srcs[static_cast<size_t>(j)] = tmp;

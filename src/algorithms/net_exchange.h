@@ -2,6 +2,13 @@
 // wait for all of them. Tags are derived from the operation's sequence number and the step, so
 // messages of different collectives or steps never match each other, whatever order the fabric
 // delivers them in.
+//
+// The network reads and writes memory behind the device's back: every post fences the device
+// first (Device::fence, free on the host), so a send carries what the device wrote before it,
+// not what is still queued, and a receive cannot land in a buffer that a queued copy or
+// reduction (an earlier slice's, in the same scratch) still reads or writes. The algorithms
+// therefore never fence for the network, as they never fence for their node's peers
+// (Context::arrive).
 #pragma once
 
 #include <vector>
@@ -13,7 +20,7 @@ namespace smddp::algorithms {
 
 class NetExchange {
  public:
-  explicit NetExchange(Context& ctx) : ep_(*ctx.net), op_(ctx.op), watch_(ctx.watch) {}
+  explicit NetExchange(Context& ctx) : ep_(*ctx.net), dev_(ctx.dev), op_(ctx.op), watch_(ctx.watch) {}
   // Left with transfers pending only when the collective failed: they are cancelled, so nothing
   // arrives later in buffers the caller may free.
   ~NetExchange() {
@@ -28,9 +35,11 @@ class NetExchange {
   NetExchange& operator=(const NetExchange&) = delete;
 
   void send(int peer, const void* buf, size_t bytes, uint32_t step) {
+    dev_.fence();
     pending_.push_back(ep_.send(peer, buf, bytes, tag(step)));
   }
   void recv(int peer, void* buf, size_t bytes, uint32_t step) {
+    dev_.fence();
     pending_.push_back(ep_.recv(peer, buf, bytes, tag(step)));
   }
   // Flow control for one-way collectives (broadcast and scatter from the root, reduce and gather
@@ -61,6 +70,7 @@ class NetExchange {
   uint32_t ready_tag() const { return base() | 0xFFF; }
   uint32_t base() const { return 0x80000000u | static_cast<uint32_t>((op_.coll_seq & 0x7FFFF) << 12); }
   ofi::Endpoint& ep_;
+  device::Device& dev_;
   const OpInfo& op_;
   const std::function<void()>* watch_;
   std::vector<ofi::Endpoint::Handle> pending_;

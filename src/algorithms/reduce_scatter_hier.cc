@@ -48,8 +48,8 @@ void reduce_scatter_hier(Context& ctx, const CollArgs& a) {
         shards[static_cast<size_t>(l)].pieces.push_back({g * a.count + s.range.begin, s.range.count});
       }
     const size_t bytes = static_cast<size_t>(N) * s.range.count * es;
-    s.partial = ctx.scratch->get(2 * (k % 2), bytes);
-    s.scratch = ctx.scratch->get(2 * (k % 2) + 1, bytes);
+    s.partial = scratch_buffer(ctx, 2 * (k % 2), bytes);
+    s.scratch = scratch_buffer(ctx, 2 * (k % 2) + 1, bytes);
     node_reduce_scatter(ctx, a.send, s.partial, shards, a.dtype, partial(a.op, true));
     s.parts.assign(static_cast<size_t>(N), {});
     for (int n = 0; n < N; ++n)

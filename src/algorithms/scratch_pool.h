@@ -12,6 +12,8 @@
 #include <new>
 #include <vector>
 
+#include "algorithms/algorithm.h"
+
 namespace smddp::algorithms {
 
 class ScratchPool {
@@ -48,6 +50,10 @@ class ScratchPool {
     }
     return s.buf.get();
   }
+  // Whether get(slot, bytes) would hand back the slot's current buffer (not free it and grow).
+  bool fits(size_t slot, size_t bytes) const {
+    return slot < slots_.size() && slots_[slot].buf && bytes <= slots_[slot].bytes;
+  }
   // Frees every buffer above `keep` bytes.
   void trim(size_t keep) {
     for (size_t i = 0; i < slots_.size(); ++i)
@@ -73,5 +79,13 @@ class ScratchPool {
   Hook on_alloc_, on_free_;
   std::vector<Slot> slots_;
 };
+
+// A collective's scratch from ctx.scratch. Growing a slot frees its old buffer, which device work
+// still queued (an earlier slice's reduction reading received partials) may read: the device is
+// fenced first. Within a size the buffer stays, and NetExchange fences before a receive reuses it.
+inline std::byte* scratch_buffer(Context& ctx, size_t slot, size_t bytes) {
+  if (!ctx.scratch->fits(slot, bytes)) ctx.dev.fence();
+  return ctx.scratch->get(slot, bytes);
+}
 
 }  // namespace smddp::algorithms

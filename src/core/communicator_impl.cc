@@ -338,12 +338,14 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   try {
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
     const std::function<void()> watch = [&] { watch_remote(op); };
-    // CUDA memory across nodes runs on host copies (host_staging.h): the algorithm then sees
-    // host memory, and only the copies in and out see the GPU. A large one runs in pieces,
-    // each piece a collective of its own (all with the algorithm chosen for a whole piece).
-    const bool staged = multi_node_ && args.memory.kind == Memory::Kind::cuda;
-    const size_t piece_elements = staged ? staging_piece_elements(args, size_, staging_piece_) : 0;
+    // Device memory that the network cannot reach (CUDA without FI_HMEM) runs across nodes on
+    // host copies (host_staging.h): the algorithm then sees host memory, and only the copies in
+    // and out see the GPU. A large one runs in pieces, each piece a collective of its own (all
+    // with the algorithm chosen for a whole piece). Memory the network reaches is the
+    // algorithm's as it is, on its device (NetExchange fences before the network touches it).
     device::Device& mem_dev = device_for(args.memory);
+    const bool staged = multi_node_ && !mem_dev.network_addressable();
+    const size_t piece_elements = staged ? staging_piece_elements(args, size_, staging_piece_) : 0;
     algorithms::Context ctx{*shm_, staged ? device::host() : mem_dev, op, multi_node_ ? &topo_ : nullptr, net_.get(),
                             multi_node_ ? &watch : nullptr, scratch_.get(),
                             windows_for(staged ? Memory{} : args.memory)};
@@ -439,6 +441,9 @@ const algorithms::Algorithm& CommunicatorImpl::algorithm_for(const CollArgs& arg
 }
 
 size_t CommunicatorImpl::sequence_numbers(const CollArgs& args) const {
+  // CUDA memory across nodes reserves one number per staging piece whether or not it turns out
+  // staged: this runs on the caller's thread, where asking the device (device_for) would race
+  // the engine's. Numbers left unused are skipped alike on every rank.
   if (!multi_node_ || args.memory.kind != Memory::Kind::cuda) return 1;
   return staging_pieces(args, size_, staging_piece_);
 }
@@ -504,6 +509,7 @@ CommunicatorImpl::SlotsForCuda::~SlotsForCuda() {
 
 device::PeerWindows* CommunicatorImpl::windows_for(const Memory& m) {
   if (m.kind == Memory::Kind::host) return windows_.get();
+  if (device::cuda_stand_in()) return nullptr;  // tests: IPC is not stood in (device/cuda.h)
   CudaSide& side = cuda_[m.device];
   if (!side.windows) side.windows = device::cuda_ipc_windows(device_for(m));
   return side.windows.get();

@@ -28,6 +28,11 @@ class Device {
   // An asynchronous device (CUDA: work queued on a stream) waits for its queue here. Algorithms
   // never call it themselves: Context::arrive() does, before telling the peers.
   virtual void fence() {}
+  // Whether the network may read and write this memory itself. Host memory: yes. Device memory
+  // a provider cannot reach (CUDA without FI_HMEM) is staged through host buffers for a
+  // collective across nodes (core/host_staging.h); memory the network reaches is handed to it
+  // as it is, and NetExchange fences before every post.
+  virtual bool network_addressable() const { return false; }
 };
 
 // Host memory: host_copy (host_copy.h) and the CPU reduction kernels.

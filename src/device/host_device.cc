@@ -11,6 +11,7 @@ class HostDevice final : public Device {
     if (dst != src && bytes) host_copy(dst, src, bytes);
   }
   void reduce(const reduce::ReduceArgs& args) override { reduce::reduce(args); }
+  bool network_addressable() const override { return true; }
 };
 }  // namespace
 

@@ -4,7 +4,9 @@
 // counts (one of several pipeline slices), the hierarchical and the direct algorithms, on 2
 // pretend nodes over loopback, staged whole and in pieces (the larger count's allreduce,
 // allgather and reduce_scatter): results equal a scalar reference, outputs a rank does not own
-// keep their sentinels, and a collective that fails writes nothing.
+// keep their sentinels, and a collective that fails writes nothing. And device memory that the
+// network reaches itself, which is not staged (CrossNodeDeviceMemory): the same collectives run
+// on it, on its late device, across nodes.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -157,6 +159,27 @@ void mismatched_allreduce(Communicator& c, FarMemory& mem, size_t n, const std::
   check(mem, r, n, "the failed allreduce's output", rep, [](size_t) { return kSentinel; });
 }
 
+// every_collective at two counts with each cross-node algorithm (hier_small: the small
+// allreduce's), then an allreduce the ranks disagree about: it copies nothing back (the output
+// keeps its sentinels on every rank), and every rank gets the error.
+void every_algorithm_then_a_mismatch(std::shared_ptr<Store> store, int rank, int w, FarMemory& mem, Report& rep) {
+  for (const char* algos : {"allreduce:hier,allgather:hier,reduce_scatter:hier",
+                            "allreduce:net_direct,allgather:net_direct,reduce_scatter:net_direct",
+                            "allreduce:hier_small"}) {
+    Options o;
+    o.timeout = 120s;
+    o.algorithms = algos;
+    Communicator c(store, rank, w, o);
+    for (size_t n : {size_t{5}, size_t{70001}}) every_collective(c, mem, n, algos, rep);
+  }
+  Options o;
+  o.timeout = 60s;
+  o.name = "mismatch";
+  Communicator c(store, rank, w, o);
+  mismatched_allreduce(c, mem, 64 + (rank == 0 ? 1 : 0), "allreduce of 65 against 64 elements",
+                       "ranks called different collectives", rep);
+}
+
 class CrossNodeStaging : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(CrossNodeStaging, EveryCollectiveOnDeviceMemoryMatchesTheReference) {
@@ -164,22 +187,9 @@ TEST_P(CrossNodeStaging, EveryCollectiveOnDeviceMemoryMatchesTheReference) {
   auto res = run_ranks(l.hosts * l.per_host, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     FarMemory mem(size_t{96} << 20);
     FarDeviceStandIn stand_in(mem);
-    for (const char* algos : {"allreduce:hier,allgather:hier,reduce_scatter:hier",
-                              "allreduce:net_direct,allgather:net_direct,reduce_scatter:net_direct"}) {
-      Options o;
-      o.timeout = 120s;
-      o.algorithms = algos;
-      Communicator c(store, rank, w, o);
-      for (size_t n : {size_t{5}, size_t{70001}}) every_collective(c, mem, n, algos, rep);
-    }
-    // A collective that fails (the ranks disagree) copies nothing back: the output keeps its
-    // sentinels on every rank, and every rank gets the error.
-    Options o;
-    o.timeout = 60s;
-    o.name = "mismatch";
-    Communicator c(store, rank, w, o);
-    mismatched_allreduce(c, mem, 64 + (rank == 0 ? 1 : 0), "allreduce of 65 against 64 elements",
-                         "ranks called different collectives", rep);
+    every_algorithm_then_a_mismatch(store, rank, w, mem, rep);
+    if (mem.device_reductions() != 0)
+      rep.fail(std::to_string(mem.device_reductions()) + " reductions ran on the device, which stages");
   }, pretend_nodes(l));
   ASSERT_TRUE(res.ok()) << res.summary();
 }
@@ -199,6 +209,30 @@ TEST(CrossNodeStagingPieces, RanksThatCutACollectiveDifferentlyDisagree) {
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
 }
+
+// Device memory that the network reaches itself (FI_HMEM, GPUDirect) is not staged: the
+// algorithms run on it across nodes with its device, whose work lands late, so every network post
+// must fence first (NetExchange): a send of a shard whose reduction is still queued carries stale
+// bytes, a receive into scratch that an earlier slice's queued reduction still reads corrupts it.
+// Not staged shows as reductions on the device (a staged collective reduces its host copies).
+class CrossNodeDeviceMemory : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(CrossNodeDeviceMemory, TheNetworkReadsWhatTheDeviceWroteAndNothingIsStaged) {
+  const Layout l = GetParam();
+  auto res = run_ranks(l.hosts * l.per_host, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    FarMemory mem(size_t{96} << 20, FarMemory::Reach::network);
+    FarDeviceStandIn stand_in(mem);
+    every_algorithm_then_a_mismatch(store, rank, w, mem, rep);
+    if (mem.device_reductions() == 0) rep.fail("no reduction ran on the device: the collectives were staged");
+  }, pretend_nodes(l));
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CrossNodeDeviceMemory,
+                         ::testing::Values(Layout{2, 2, "64k"}, Layout{3, 1, "64k"}),
+                         [](const ::testing::TestParamInfo<Layout>& i) {
+                           return std::to_string(i.param.hosts) + "x" + std::to_string(i.param.per_host);
+                         });
 
 // A rank that dies between pieces (killed as it queues its fifth device copy: piece 0 done and
 // copied out, piece 1's copy in queued) is named on every other rank within the timeout, on its

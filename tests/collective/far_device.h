@@ -5,11 +5,18 @@
 // been staged faults (SIGSEGV, or EFAULT from the socket) instead of passing; the device's
 // copies and reductions go through the second, writable view, and land late (LateDevice), as on
 // a stream, so a missing fence shows stale bytes. Tests read and write buffers through host().
+//
+// Made with Reach::network, the arena stands in for device memory that the network reaches
+// itself (FI_HMEM, GPUDirect): the device pointers' view is readable and writable, so sockets
+// move it, and collectives across nodes hand it to the network without staging; the device's
+// work still lands late, so a post before a fence sends stale bytes or receives into a buffer a
+// queued reduction still reads.
 #pragma once
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,10 +31,12 @@ namespace smddp::testing {
 
 class FarMemory {
  public:
-  explicit FarMemory(size_t bytes) : bytes_(bytes) {
+  enum class Reach { device_only, network };
+  explicit FarMemory(size_t bytes, Reach reach = Reach::device_only) : bytes_(bytes), reach_(reach) {
     fd_ = ::memfd_create("smddp-test-far", 0);
     if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) throw std::runtime_error("memfd");
-    void* far = ::mmap(nullptr, bytes, PROT_NONE, MAP_SHARED, fd_, 0);
+    void* far = ::mmap(nullptr, bytes, reach == Reach::network ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_SHARED,
+                       fd_, 0);
     void* near = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
     if (far == MAP_FAILED || near == MAP_FAILED) throw std::runtime_error("mmap far memory");
     far_ = static_cast<std::byte*>(far);
@@ -51,6 +60,10 @@ class FarMemory {
     return p;
   }
   void reset() { used_ = 0; }
+  bool network_reaches() const { return reach_ == Reach::network; }
+  // Reductions its devices ran (a staged collective reduces on the host, never here).
+  size_t device_reductions() const { return reductions_.load(); }
+  void count_reduction() const { reductions_.fetch_add(1); }
   // The host's view of a device pointer (the test's own reads and writes; the device's work).
   template <class T>
   T* host(T* device_ptr) const {
@@ -65,6 +78,8 @@ class FarMemory {
 
  private:
   size_t bytes_, used_ = 0;
+  Reach reach_;
+  mutable std::atomic<size_t> reductions_{0};
   int fd_ = -1;
   std::byte *far_ = nullptr, *near_ = nullptr;
 };
@@ -86,9 +101,11 @@ class FarDevice final : public device::Device {
     reduce::ReduceArgs a = args;
     a.dst = mem_.translate(args.dst);
     a.srcs = srcs.data();
+    mem_.count_reduction();
     late_.reduce(a);  // LateDevice keeps its own copy of the sources' addresses
   }
   void fence() override { late_.fence(); }
+  bool network_addressable() const override { return mem_.network_reaches(); }
 
  private:
   const FarMemory& mem_;
