@@ -77,7 +77,23 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::finish(::c10d::OpType type, 
     if (t.defined() && t.device().is_cuda()) gpu = t.device().index();
   if (finalize && gpu >= 0) finalize = [gpu, f = std::move(finalize)] { run_on_cuda_device(gpu, f); };
 #endif
-  return make_work(type, std::move(p.ops), std::move(p.outputs), std::move(finalize), std::move(p.keep_alive));
+  std::vector<smddp::Work> ops = p.take_ops();
+  return make_work(type, std::move(ops), std::move(p.outputs), std::move(finalize), std::move(p.keep_alive));
+}
+
+void Pending::drain() noexcept {
+  if (ops.empty()) return;
+  // The engine thread may need the GIL to finish (it frees tensors Python holds): never wait
+  // for it holding the GIL (as ~ProcessGroupSmddp does).
+  PyThreadState* saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+  for (auto& w : ops) {
+    try {
+      w.wait();
+    } catch (...) {  // the error that unwound this call is the one the caller sees
+    }
+  }
+  if (saved) PyEval_RestoreThread(saved);
+  ops.clear();
 }
 
 void ProcessGroupSmddp::startCoalescing() {
@@ -152,6 +168,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce_coalesced(std::vec
     }
     Pending all;
     if (!same) {
+      for (auto& t : tensors) reduction_elems(t, red, "allreduce_coalesced");  // all, before the first goes
       for (auto& t : tensors) all.merge(allreduce_one(t, red, "allreduce_coalesced"));
       return finish(::c10d::OpType::ALLREDUCE_COALESCED, std::move(all));
     }
@@ -199,8 +216,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce(std::vector<at::Tenso
   });
 }
 
-Pending ProcessGroupSmddp::reduce_scatter_one(const at::Tensor& out, const at::Tensor& flat_in, const Reduction& red,
-                                              const char* coll) {
+Elems ProcessGroupSmddp::check_reduce_scatter(const at::Tensor& out, const at::Tensor& flat_in, const Reduction& red,
+                                               const char* coll) const {
   check_tensor(out, coll, getRank());
   check_tensor(flat_in, coll, getRank());
   check_same_type(out, flat_in, coll, getRank());
@@ -209,7 +226,12 @@ Pending ProcessGroupSmddp::reduce_scatter_one(const at::Tensor& out, const at::T
     throw InvalidArgument("smddp: rank " + std::to_string(getRank()) + ": " + coll + ": input has " +
                           std::to_string(flat_in.numel()) + " elements, expected output's " +
                           std::to_string(out.numel()) + " x world size " + std::to_string(getSize()));
-  Elems e = reduction_elems(out, red, coll);
+  return reduction_elems(out, red, coll);
+}
+
+Pending ProcessGroupSmddp::reduce_scatter_one(const at::Tensor& out, const at::Tensor& flat_in, const Reduction& red,
+                                              const char* coll) {
+  const Elems e = check_reduce_scatter(out, flat_in, red, coll);
   Staged in = stage(out.is_complex() ? at::view_as_real(flat_in) : flat_in);
   Staged o = stage(out.is_complex() ? at::view_as_real(out) : out);
   Pending p;
@@ -260,6 +282,10 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce_scatter_tensor_coales
     if (outputs.size() != inputs.size())
       throw InvalidArgument("smddp: reduce_scatter_tensor_coalesced: as many outputs as inputs needed");
     const Reduction red = to_reduction(opts.reduceOp, "reduce_scatter_tensor_coalesced");
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      check_reduce_scatter(outputs[i], inputs[i], red, "reduce_scatter_tensor_coalesced");
+      check_same_device(outputs[i], outputs[0], "reduce_scatter_tensor_coalesced", getRank());
+    }
     Pending all;
     for (size_t i = 0; i < outputs.size(); ++i)
       all.merge(reduce_scatter_one(outputs[i], inputs[i], red, "reduce_scatter_tensor_coalesced"));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend_internal.h"
+#include "tensor_args.h"
 #include "smddp/communicator.h"
 #include "smddp/errors.h"
 #include "work.h"
@@ -106,6 +107,11 @@ class ProcessGroupSmddp final : public ::c10d::Backend {
   Pending sparse_allreduce_one(const at::Tensor& t, const Reduction& red);  // backend_sparse.cc
   Pending reduce_scatter_one(const at::Tensor& out, const at::Tensor& flat_in, const Reduction& red, const char* coll);
   Pending allgather_one(const at::Tensor& out_flat, const at::Tensor& in, const char* coll);
+  // The checks of the two above, alone: a coalesced call checks every pair before it submits the
+  // first, so a wrong pair fails the call with nothing written.
+  Elems check_reduce_scatter(const at::Tensor& out, const at::Tensor& flat_in, const Reduction& red,
+                             const char* coll) const;
+  Elems check_allgather(const at::Tensor& out_flat, const at::Tensor& in, const char* coll) const;
 
   std::unique_ptr<smddp::Communicator> comm_;
   uint64_t seq_ = 0;

@@ -41,7 +41,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::broadcast(std::vector<at::Te
   });
 }
 
-Pending ProcessGroupSmddp::allgather_one(const at::Tensor& out_flat, const at::Tensor& in, const char* coll) {
+Elems ProcessGroupSmddp::check_allgather(const at::Tensor& out_flat, const at::Tensor& in, const char* coll) const {
   check_tensor(in, coll, getRank());
   check_tensor(out_flat, coll, getRank());
   check_same_type(out_flat, in, coll, getRank());
@@ -50,7 +50,11 @@ Pending ProcessGroupSmddp::allgather_one(const at::Tensor& out_flat, const at::T
     throw InvalidArgument(who(getRank()) + coll + ": output has " + std::to_string(out_flat.numel()) +
                           " elements, expected input's " + std::to_string(in.numel()) + " x world size " +
                           std::to_string(getSize()));
-  Elems e = movement_elems(in);
+  return movement_elems(in);
+}
+
+Pending ProcessGroupSmddp::allgather_one(const at::Tensor& out_flat, const at::Tensor& in, const char* coll) {
+  const Elems e = check_allgather(out_flat, in, coll);
   Staged i = stage(in);
   Staged o = stage(out_flat);
   Pending p;
@@ -116,6 +120,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_coalesced(std::vec
                                 " elements, input " + std::to_string(k) + " has " + std::to_string(inputs[k].numel()));
       }
     }
+    for (auto& t : inputs) check_same_device(t, inputs[0], "allgather_coalesced", getRank());
     Pending all;
     for (size_t k = 0; k < inputs.size(); ++k) {
       check_tensor(inputs[k], "allgather_coalesced", getRank());
@@ -137,6 +142,10 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_into_tensor_coales
   return guarded("allgather_into_tensor_coalesced", opts, [&] {
     if (outputs.size() != inputs.size())
       throw InvalidArgument(who(getRank()) + "allgather_into_tensor_coalesced: as many outputs as inputs needed");
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      check_allgather(outputs[k], inputs[k], "allgather_into_tensor_coalesced");
+      check_same_device(inputs[k], inputs[0], "allgather_into_tensor_coalesced", getRank());
+    }
     Pending all;
     for (size_t k = 0; k < inputs.size(); ++k)
       all.merge(allgather_one(outputs[k], inputs[k], "allgather_into_tensor_coalesced"));
@@ -222,7 +231,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall_base(at::Tensor& ou
     const auto W = static_cast<size_t>(getSize());
     Elems ein = movement_elems(input);
     // Elements (in smddp's unit) per row of dim 0, and per tensor element (bytes for odd dtypes).
-    const size_t per_elem = input.numel() ? ein.count / static_cast<size_t>(input.numel()) : 1;
+    const size_t per_elem = units_per_element(input);
     auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
       std::vector<size_t> c(W);
       if (splits.empty()) {
@@ -280,11 +289,11 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall(std::vector<at::Ten
     int64_t out_total = 0;
     for (auto& t : outputs) out_total += t.numel();
     out = at::empty({out_total}, inputs[0].options());
-    const size_t per_elem = movement_elems(inputs[0]).count / std::max<size_t>(1, static_cast<size_t>(inputs[0].numel()));
+    const size_t per_elem = units_per_element(inputs[0]);
     std::vector<size_t> sc(W), sd(W), rc(W), rd(W);
     for (size_t j = 0; j < W; ++j) {
-      sc[j] = static_cast<size_t>(inputs[j].numel()) * std::max<size_t>(per_elem, 1);
-      rc[j] = static_cast<size_t>(outputs[j].numel()) * std::max<size_t>(per_elem, 1);
+      sc[j] = static_cast<size_t>(inputs[j].numel()) * per_elem;
+      rc[j] = static_cast<size_t>(outputs[j].numel()) * per_elem;
       if (j) {
         sd[j] = sd[j - 1] + sc[j - 1];
         rd[j] = rd[j - 1] + rc[j - 1];

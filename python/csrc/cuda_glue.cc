@@ -18,9 +18,26 @@ Memory cuda_memory(const at::Tensor& t) {
 }
 
 void run_on_cuda_device(int device, const std::function<void()>& f) {
-  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  f();
-  c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).synchronize();
+  const auto d = static_cast<c10::DeviceIndex>(device);
+  c10::cuda::CUDAGuard guard(d);
+  // A stream of torch's pool, not this thread's current one: that is the legacy default stream,
+  // which waits for everything queued on the default stream (the rest of a backward pass) and
+  // would hold the copies, and so this collective's completion and every later one's, behind
+  // it. The collective's results have landed (its stream was synchronised), so the copies need
+  // no order with any other stream.
+  const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, d);
+  c10::cuda::CUDAStreamGuard on(stream);
+  try {
+    f();
+  } catch (...) {
+    // Copies queued before the failure still read buffers the caller frees next: let them land.
+    try {
+      stream.synchronize();
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+  stream.synchronize();
 }
 
 }  // namespace smddp::torch_backend

@@ -23,8 +23,9 @@ namespace smddp::torch_backend {
 // Memory::cuda(device, current stream of that device).
 Memory cuda_memory(const at::Tensor& t);
 
-// Runs `f` with `device` current and returns once the work it queued there has finished (the
-// engine thread's stream is not the caller's, so completion must mean landed).
+// Runs `f` with `device` current, on a stream of torch's pool, and returns once the work it
+// queued there has finished (also when `f` throws): completion must mean landed, since the
+// caller's stream is not ordered after it.
 void run_on_cuda_device(int device, const std::function<void()>& f);
 
 }  // namespace smddp::torch_backend

@@ -35,6 +35,11 @@ Elems movement_elems(const at::Tensor& t) {
   return {DataType::u8, static_cast<size_t>(t.numel()) * t.element_size()};
 }
 
+size_t units_per_element(const at::Tensor& t) {
+  DataType d;
+  return native(t.scalar_type(), &d) ? 1 : static_cast<size_t>(t.element_size());
+}
+
 Elems reduction_elems(const at::Tensor& t, const Reduction& r, const char* op) {
   DataType d;
   if (native(t.scalar_type(), &d)) return {d, static_cast<size_t>(t.numel())};

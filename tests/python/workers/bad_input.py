@@ -109,6 +109,20 @@ for what, call, fragments in CASES:
             check(f"{what}: the message names what was wrong", not missing, f"missing {missing} in: {msg}")
     group_works(what)
 
+# A coalesced call whose second pair is wrong fails whole, before its first pair goes: that
+# output keeps what it held (a first pair already submitted ran on, its staging freed under it).
+first = torch.full((2,), -7.0)
+try:
+    with dist._coalescing_manager():
+        dist.reduce_scatter_tensor(first, torch.ones(2 * world))
+        dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * world + 1))
+    check("a coalesced reduce_scatter_tensor with a wrong second pair raises", False, "no exception")
+except (RuntimeError, ValueError) as e:
+    check("a coalesced reduce_scatter_tensor with a wrong second pair names it",
+          all(f in str(e) for f in (me, "reduce_scatter_tensor_coalesced", f"{2 * world + 1}")), str(e))
+check("the coalesced call's first pair wrote nothing", torch.equal(first, torch.full((2,), -7.0)), first)
+group_works("a coalesced call with a wrong second pair")
+
 # Valid, if unusual: results against a local reference.
 base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
 t = (base * (rank + 1)).t()

@@ -234,6 +234,15 @@ z = torch.empty(sum(out_splits), 2)
 dist.all_to_all_single(y, x, out_splits, in_splits)
 dist.all_to_all_single(z, x, out_splits, in_splits, group=gloo)
 check("all_to_all_single uneven splits vs gloo", torch.equal(y, z), f"{y.flatten()[:10]} vs {z.flatten()[:10]}")
+# A dtype smddp moves as bytes (int16), rank 0 sending nothing at all (an MoE rank without
+# tokens): the others' rows still count in bytes. Reference: the rows each rank sends.
+in_splits = [0 if rank == 0 else (rank + d) % 2 + 1 for d in range(world)]
+out_splits = [0 if s == 0 else (s + rank) % 2 + 1 for s in range(world)]
+x = torch.cat([torch.full((in_splits[d], 3), rank * 100 + d, dtype=torch.int16) for d in range(world)])
+y = torch.full((sum(out_splits), 3), -1, dtype=torch.int16)
+dist.all_to_all_single(y, x, out_splits, in_splits)
+want = torch.cat([torch.full((out_splits[s], 3), s * 100 + rank, dtype=torch.int16) for s in range(world)])
+check("all_to_all_single int16 with an empty input on rank 0", torch.equal(y, want), f"{y.flatten()[:12]}")
 
 # ---- gather / scatter ------------------------------------------------------------------------------
 for root in range(world):
