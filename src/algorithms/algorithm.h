@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "device/device.h"
@@ -83,6 +85,23 @@ struct Algorithm {
   AlgoFn run;
   Scope scope = Scope::node;
 };
+
+// How a disagreement's message ends: nothing written, on a rank that found it (or heard of it)
+// before its collective moved any data; perhaps partly written, on a rank that heard of it later
+// (one that agreed with all its peers may exchange data with some before a pair elsewhere finds
+// theirs differ). The abort reason the other ranks read leaves either out (without_written_claim),
+// and each adds its own (CommunicatorImpl::written_claim).
+inline constexpr std::string_view kNothingWritten =
+    ". Nothing was written to the output buffers; the communicator is aborted";
+inline constexpr std::string_view kMaybeWritten =
+    ". This rank heard of it while its own collective was moving data, so its output buffers may be partly "
+    "written; the communicator is aborted";
+inline std::string without_written_claim(std::string what) {
+  for (const std::string_view claim : {kNothingWritten, kMaybeWritten})
+    if (what.size() >= claim.size() && what.compare(what.size() - claim.size(), claim.size(), claim) == 0)
+      what.resize(what.size() - claim.size());
+  return what;
+}
 
 // --- helpers shared by several algorithms ---
 inline std::byte* at(void* p, size_t elems, size_t es) { return static_cast<std::byte*>(p) + elems * es; }

@@ -41,7 +41,7 @@ void alltoall_direct(Context& ctx, const CollArgs& a) {
           throw MismatchError("smddp: " + ctx.op.describe() + ": ranks disagree on alltoall counts: rank " +
                               std::to_string(i) + " sends " + std::to_string(sent) + " elements to rank " +
                               std::to_string(j) + ", which expects " + std::to_string(expected) +
-                              ". Nothing was written to the output buffers; the communicator is aborted");
+                              std::string(kNothingWritten));
       }
   }
   for (size_t c = 0; c < patterns::num_chunks(longest, chunk); ++c) {

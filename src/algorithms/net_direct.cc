@@ -218,7 +218,7 @@ void check_alltoall_counts(Context& ctx, NetExchange& x, const CollArgs& a) {
       throw MismatchError("smddp: " + ctx.op.describe() + ": ranks disagree on alltoall counts: rank " +
                           std::to_string(sender) + " sends " + std::to_string(d[0]) + " elements to rank " +
                           std::to_string(receiver) + ", which expects " + std::to_string(d[1]) +
-                          ". Nothing was written to the output buffers; the communicator is aborted");
+                          std::string(kNothingWritten));
     }
   }
 }

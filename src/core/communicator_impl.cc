@@ -155,7 +155,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   shm_->set_disagreement_handler([this](const std::vector<Fingerprint>& all) {
     const std::vector<int> global = multi_node_ ? topo_.local_ranks() : std::vector<int>{};
     throw MismatchError(prefix() + "ranks called different collectives: " + describe_disagreement(all, global) +
-                        ". Nothing was written to the output buffers; the communicator is aborted");
+                        std::string(algorithms::kNothingWritten));
   });
   engine_ = std::make_shared<engine::Engine>(
       options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")),
@@ -235,7 +235,9 @@ void CommunicatorImpl::fail(const std::exception_ptr& e) {
   } catch (const MismatchError& ex) {
     // Every rank found it in the same round; the ranks' programs have diverged, so whatever they
     // call next would not line up either: stop the group, as after a lost rank.
-    abort_everywhere(ex.what(), /*mismatch=*/true);
+    // The other ranks read the reason without this rank's claim about its outputs: theirs may
+    // be written (written_claim).
+    abort_everywhere(algorithms::without_written_claim(ex.what()), /*mismatch=*/true);
   } catch (const InvalidArgument&) {
     // Detected before any data moved on every rank alike: the communicator stays usable.
   } catch (const std::exception& ex) {
@@ -261,6 +263,11 @@ void CommunicatorImpl::abort_everywhere(const std::string& reason, bool mismatch
   }
 }
 
+std::string CommunicatorImpl::written_claim(const OpInfo& op) const {
+  if (op.coll_seq == 0) return "";  // point-to-point: its own error says what it left
+  return std::string(moving_data_ ? algorithms::kMaybeWritten : algorithms::kNothingWritten);
+}
+
 void CommunicatorImpl::watch_remote(const OpInfo& op) {
   // This node's abort word only: the deadline is the network wait's to enforce, since it knows
   // which rank it waits for (a deadline check here raced it and named no rank).
@@ -273,7 +280,7 @@ void CommunicatorImpl::watch_remote(const OpInfo& op) {
     const std::string what =
         "smddp: " + op.describe() + " failed: the communicator was aborted on another node: " + reason;
     // A node whose ranks had not yet heard of a disagreement raises it as what it is.
-    if (mismatch) throw MismatchError(what);
+    if (mismatch) throw MismatchError(what + written_claim(op));
     throw AbortedError(what);
   }
 }
@@ -321,7 +328,7 @@ void CommunicatorImpl::agree_across_nodes(algorithms::Context& ctx, const Finger
     all.push_back(fp);
   }
   throw MismatchError(prefix() + "ranks called different collectives: " + describe_disagreement(all, ranks) +
-                      ". Nothing was written to the output buffers; the communicator is aborted");
+                      std::string(algorithms::kNothingWritten));
 #else
   (void)ctx;
   (void)mine;
@@ -332,6 +339,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   if (failed_.load() || shm_->aborted())
     throw AbortedError("smddp: " + op.describe() + " not started: the communicator was aborted: " +
                        shm_->abort_reason());
+  moving_data_ = false;
   if (args.timeout.count() > 0) op.timeout = args.timeout;
   op.deadline = Clock::now() + op.timeout;
   shm_->publish_deadline(op.deadline);
@@ -368,6 +376,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     if (empty) return;
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo->name
                             << " count " << args.count << ' ' << to_string(args.dtype);
+    moving_data_ = true;
     if (staged) {
       run_staged(ctx, op, args, *algo, mem_dev, piece_elements);
     } else {
@@ -376,30 +385,33 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
       if (shm_->announcement_pending()) agreement_round(op);  // an algorithm that never synchronised
     }
     scratch_->trim(kScratchKeep);
-  } catch (const AbortedError& e) {
-    drain_after_failure(args.memory);
-    // Across nodes a rank may hear of a disagreement from a node-mate's abort before finding it
-    // itself: the collective it was running failed for that reason, so say so.
-    if (!shm_->aborted_by_mismatch()) {
-      fail(std::current_exception());
-      throw;
-    }
-    MismatchError m(e.what());
-    fail(std::make_exception_ptr(m));
-    throw m;
-  } catch (const SystemError&) {
-    drain_after_failure(args.memory);
-    // Across nodes: the peer whose connection broke is more often a messenger (its node aborted
-    // and it left) than the cause; the abort names the cause, as on every other rank.
-    std::exception_ptr cause = std::current_exception();
-    if (multi_node_) cause = cause_of_transfer_failure(op, cause);
-    fail(cause);
-    std::rethrow_exception(cause);
   } catch (...) {
     drain_after_failure(args.memory);
-    fail(std::current_exception());
-    throw;
+    const std::exception_ptr cause = cause_of_failure(op, std::current_exception());
+    fail(cause);
+    std::rethrow_exception(cause);
   }
+}
+
+std::exception_ptr CommunicatorImpl::cause_of_failure(const OpInfo& op, std::exception_ptr failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const SystemError&) {
+    // Across nodes: the peer whose connection broke is more often a messenger (its node aborted
+    // and it left) than the cause; the abort names the cause, as on every other rank.
+    if (multi_node_) failure = cause_of_transfer_failure(op, failure);
+  } catch (...) {
+  }
+  try {
+    std::rethrow_exception(failure);
+  } catch (const AbortedError& e) {
+    // Across nodes a rank may hear of a disagreement from a node-mate's abort before finding it
+    // itself (directly, or as the cause of a broken connection): the collective it was running
+    // failed for that reason, so say so.
+    if (shm_->aborted_by_mismatch()) return std::make_exception_ptr(MismatchError(e.what() + written_claim(op)));
+  } catch (...) {
+  }
+  return failure;
 }
 
 void CommunicatorImpl::run_staged(algorithms::Context& ctx, OpInfo& op, const CollArgs& args,

@@ -89,10 +89,17 @@ class CommunicatorImpl {
   // While waiting on the network: throws if this node's group or (via the store) another node
   // aborted, or the deadline passed.
   void watch_remote(const OpInfo& op);
+  // How a disagreement that this rank heard of (an abort) ends the message of `op`, a collective:
+  // nothing written, or, once its algorithm had started, outputs perhaps partly written
+  // (algorithms::kMaybeWritten).
+  std::string written_claim(const OpInfo& op) const;
   // A transfer to a rank on another node failed (its connection closed): that node may have
   // aborted and the rank closed its endpoint, which comes after the abort's store key. Returns
   // that abort (watch_remote's error) if it shows up within a short grace, else `failure`.
   std::exception_ptr cause_of_transfer_failure(const OpInfo& op, std::exception_ptr failure);
+  // What a failed collective raises: `failure`, or what lies behind it (a broken connection's
+  // abort; an abort's disagreement, as MismatchError).
+  std::exception_ptr cause_of_failure(const OpInfo& op, std::exception_ptr failure);
   // After a failed collective on GPU memory: waits for the copies and kernels it queued, which
   // still read and write the caller's buffers (freed once the Work fails). Never throws.
   void drain_after_failure(const Memory& m) noexcept;
@@ -138,6 +145,7 @@ class CommunicatorImpl {
   uint64_t seq_ = 0;
   uint64_t coll_seq_ = 0;
   std::atomic<bool> failed_{false};
+  bool moving_data_ = false;  // the running collective's algorithm has started (engine thread)
   std::shared_ptr<engine::Engine> engine_;  // last: its thread must stop before the rest dies
 };
 

@@ -272,6 +272,47 @@ INSTANTIATE_TEST_SUITE_P(CrossNodeMismatch, Consistency, ::testing::ValuesIn(kCr
   return n;
 });
 
+// One pair disagrees on an alltoallv's counts (rank 0 sends 3 elements to rank 2, which expects
+// 2); ranks 1 and 3 agree with everyone, so their exchange may start (each copies its own block
+// at once) before they hear of the disagreement through the abort. Whatever a rank's message
+// claims must be true of its buffers: "Nothing was written" only where nothing was, and a rank
+// whose output was written says it may be. Which ranks get that far is a race, so the call runs
+// several times (before the fix, ranks 1 or 3 wrote their block and claimed nothing was written
+// in the first or second run).
+TEST(CrossNodeConsistency, RanksThatHearOfAMismatchMidCollectiveDoNotClaimNothingWasWritten) {
+  NetnsHosts hosts(2);
+  const RunOptions ro = hosts.place({0, 0, 1, 1});
+  auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      Options o;
+      o.timeout = 20s;
+      o.name = "attempt" + std::to_string(attempt);
+      Communicator c(store, rank, w, o);
+      std::vector<float> in(16, static_cast<float>(rank + 1)), out(16, kSentinel);
+      std::vector<size_t> sc(4, 2), rc(4, 2);
+      const std::vector<size_t> d = {0, 4, 8, 12};
+      if (rank == 0) sc[2] = 3;
+      std::string what;
+      expect_throw<MismatchError>(rep, o.name, [&] {
+        try {
+          c.alltoallv(in.data(), sc, d, out.data(), rc, d, DataType::f32).wait();
+        } catch (const Error& e) {
+          what = e.what();
+          throw;
+        }
+      }, "rank 0 sends 3 elements to rank 2, which expects 2");
+      const bool written = std::any_of(out.begin(), out.end(), [](float v) { return v != kSentinel; });
+      const bool claims_nothing = what.find("Nothing was written") != std::string::npos;
+      const bool claims_maybe = what.find("may be partly written") != std::string::npos;
+      const std::string who = o.name + ": rank " + std::to_string(rank);
+      if (claims_nothing == claims_maybe) rep.fail(who + ": says neither or both of what it wrote: " + what);
+      if ((rank == 0 || rank == 2) && written) rep.fail(who + ", one of the pair, wrote its output");
+      if (written && claims_nothing) rep.fail(who + " wrote its output and claims nothing was written: " + what);
+    }
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // A message between nodes whose two ranks disagree about its size is an error naming both sizes
 // at the receiver, never a short buffer taken for a whole one (nor a silently truncated one).
 TEST(CrossNodeConsistency, MessageSizeDisagreementIsAnError) {
