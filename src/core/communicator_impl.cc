@@ -49,6 +49,18 @@ std::string next_store_prefix(Store& store, const std::string& name, int rank) {
 // `oversubscribed`: more of the communicator's ranks than cores on this kernel
 // (topology::Topology::oversubscribed; the same answer on every rank of a node, so their
 // layouts agree).
+// A size setting of the shared-memory segment, within 1 byte to 1 GiB: the segment's layout
+// multiplies it by the ranks (a wrapped product overlaps regions) and rounds it up to pages or
+// powers of two (a negative value made 0-byte slots, and a FIFO size whose doubling never ended).
+size_t segment_size_setting(const char* name) {
+  const int64_t v = config::get_int(name);
+  constexpr int64_t kMax = int64_t{1} << 30;
+  if (v < 1 || v > kMax)
+    throw InvalidArgument(std::string("smddp: ") + name + "=" + config::get_string(name) +
+                          " is outside [1, 1g] bytes");
+  return static_cast<size_t>(v);
+}
+
 shm::GroupConfig group_config(bool oversubscribed) {
   shm::GroupConfig c;
   // With more ranks than cores every round is a wait for a rank that may not be running: fewer,
@@ -56,8 +68,8 @@ shm::GroupConfig group_config(bool oversubscribed) {
   // smaller chunk pipelines better (docs/performance.md).
   c.slot_bytes = config::get_string("SMDDP_SHM_CHUNK") == "auto"
                      ? (oversubscribed ? size_t{1} << 20 : size_t{256} << 10)
-                     : static_cast<size_t>(config::get_int("SMDDP_SHM_CHUNK"));
-  c.fifo_bytes = static_cast<size_t>(config::get_int("SMDDP_SHM_FIFO"));
+                     : segment_size_setting("SMDDP_SHM_CHUNK");
+  c.fifo_bytes = segment_size_setting("SMDDP_SHM_FIFO");
   c.spin = static_cast<int>(config::get_int("SMDDP_SPIN"));
   c.move_off_shared_cpu = config::get_bool("SMDDP_MOVE_OFF_SHARED_CPU");
   // More ranks than cores: spinning only steals the time slice of the rank we wait for. That
@@ -691,6 +703,9 @@ class NetOrLocalAnySource {
                       std::function<void(const OpInfo&)> watch)
       : ep_(ep), order_(order), buf_(buf), bytes_(bytes), tag_(tag), local_ranks_(std::move(local_ranks)),
         source_(std::move(source)), wait_(std::move(watch)) {}
+  ~NetOrLocalAnySource() { resolved(); }
+  NetOrLocalAnySource(const NetOrLocalAnySource&) = delete;
+  NetOrLocalAnySource& operator=(const NetOrLocalAnySource&) = delete;
   bool poll(shm::Group& g, const OpInfo& op) {
     // (a network receive withdrawn for a local message: cancelling it again is harmless)
     return cancelled_on_failure(ep_, h_, [&] { return step(g, op); });
@@ -701,6 +716,10 @@ class NetOrLocalAnySource {
     if (local_) return local_->poll(g, op);
     if (!h_) {
       if (!order_.open_any()) return wait_.still_waiting(ep_, h_, op);  // behind another receive from any rank
+      // The receives from this node's ranks issued after this one wait too (Group::open_any).
+      g.open_any(op.seq);
+      open_in_ = &g;
+      seq_ = op.seq;
       h_ = ep_.recv_any(buf_, bytes_, tag_);
     }
     if (ep_.test(h_)) return took_network_message();
@@ -708,6 +727,7 @@ class NetOrLocalAnySource {
     if (src >= 0) {
       if (ep_.withdraw(h_)) return took_network_message();
       order_.close_any();
+      resolved();
       local_ = std::make_unique<p2p::Recv>(buf_, bytes_, src, tag_);
       source_->store(local_ranks_[static_cast<size_t>(src)]);
       return local_->poll(g, op);
@@ -718,6 +738,7 @@ class NetOrLocalAnySource {
   bool took_network_message() {
     const int from = ep_.source(h_);
     order_.close_any(from, ep_.order(h_));
+    resolved();
     source_->store(from);
     return true;
   }
@@ -730,8 +751,14 @@ class NetOrLocalAnySource {
   std::shared_ptr<std::atomic<int>> source_;
   NetWait wait_;
   ofi::Endpoint::Handle h_;
+  void resolved() {
+    if (open_in_) open_in_->close_any(seq_);
+    open_in_ = nullptr;
+  }
   std::unique_ptr<p2p::Recv> local_;
   int next_ = 0;
+  shm::Group* open_in_ = nullptr;  // while unresolved (Group::open_any)
+  uint64_t seq_ = 0;
 };
 }  // namespace
 #endif

@@ -51,9 +51,14 @@ void Recv::check_sender(shm::Group& g, const OpInfo& op) const {
 }
 
 bool Recv::poll(shm::Group& g, const OpInfo& op) {
-  if (!g.claim_fifo(false, peer_, this)) {  // an earlier receive from this peer comes first
-    check_sender(g, op);
-    return false;
+  if (!claimed_) {
+    // An earlier receive from this peer, or from any rank (which may take this peer's next
+    // message), comes first.
+    if (g.any_open_before(op.seq) || !g.claim_fifo(false, peer_, this)) {
+      check_sender(g, op);
+      return false;
+    }
+    claimed_ = true;
   }
   if (hdr_done_ < sizeof hdr_) {
     hdr_done_ += g.fifo_pop(peer_, reinterpret_cast<std::byte*>(&hdr_) + hdr_done_, sizeof hdr_ - hdr_done_);
@@ -86,11 +91,22 @@ int peek_any(shm::Group& g, uint32_t tag, int* next) {
 
 bool RecvAny::poll(shm::Group& g, const OpInfo& op) {
   if (!chosen_) {
+    if (g.any_open_before(op.seq)) {  // an earlier receive from any rank takes the next message
+      g.check_progress(-1, op, "send");
+      return false;
+    }
+    if (!open_in_) {
+      g.open_any(op.seq);
+      open_in_ = &g;
+      seq_ = op.seq;
+    }
     const int src = peek_any(g, tag_, &next_);
     if (src < 0) {
       g.check_progress(-1, op, "send");
       return false;
     }
+    g.close_any(seq_);
+    open_in_ = nullptr;
     chosen_ = std::make_unique<Recv>(data_, bytes_, src, tag_);
     source_->store(src);
   }

@@ -58,6 +58,7 @@ class Recv {
   size_t hdr_done_ = 0, body_done_ = 0;
   int peer_;
   uint32_t tag_;
+  bool claimed_ = false;  // holds the FIFO from its peer (Group::claim_fifo)
 };
 
 // The first local rank, round robin from *next (which advances), whose FIFO's next message
@@ -70,9 +71,16 @@ class RecvAny {
  public:
   RecvAny(void* data, size_t bytes, uint32_t tag, std::shared_ptr<std::atomic<int>> source)
       : data_(data), bytes_(bytes), tag_(tag), source_(std::move(source)) {}
+  ~RecvAny() {
+    if (open_in_) open_in_->close_any(seq_);  // failed unresolved: the later receives go on
+  }
+  RecvAny(const RecvAny&) = delete;
+  RecvAny& operator=(const RecvAny&) = delete;
   bool poll(shm::Group& g, const OpInfo& op);
 
  private:
+  shm::Group* open_in_ = nullptr;  // while unresolved and looking (Group::open_any)
+  uint64_t seq_ = 0;
   void* data_;
   size_t bytes_;
   uint32_t tag_;

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 #include <algorithm>
 
@@ -103,6 +105,27 @@ TEST(Failure, TinyStagingPieceIsRejectedAtConstruction) {
   res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report&) { Communicator c(store, rank, w, Options{}); },
                   ro);
   ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// Shared-memory sizes out of range are refused at construction, naming the setting: a negative
+// SMDDP_SHM_FIFO spun forever in the constructor (its power of two wrapped to 0), and a negative
+// SMDDP_SHM_CHUNK made slots of 0 bytes, so a broadcast ran no rounds and returned with the
+// non-root output unwritten.
+TEST(Failure, SharedMemorySizesOutOfRangeAreRejectedAtConstruction) {
+  for (const auto& [name, value] : {std::pair{"SMDDP_SHM_FIFO", "-1"}, std::pair{"SMDDP_SHM_CHUNK", "-4095"},
+                                    std::pair{"SMDDP_SHM_CHUNK", "0"}, std::pair{"SMDDP_SHM_CHUNK", "2g"}}) {
+    RunOptions ro;
+    ro.env = {{name, value}};
+    ro.wall_limit = std::chrono::seconds(30);
+    auto res = run_ranks(2, [&](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+      Options o;
+      o.timeout = std::chrono::seconds(5);
+      expect_throw<InvalidArgument>(rep, std::string(name) + "=" + value,
+                                    [&] { Communicator c(store, rank, w, o); },
+                                    std::string(name) + "=" + value + " is outside");
+    }, ro);
+    ASSERT_TRUE(res.ok()) << name << "=" << value << ": " << res.summary();
+  }
 }
 
 #ifndef SMDDP_HAVE_LIBFABRIC

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
+#include <memory>
 #include <algorithm>
 #include <numeric>
 #include <thread>
@@ -228,6 +230,100 @@ TEST(P2P, ReceiveFromAnySourceTellsTheSender) {
 }
 
 
+// A receive from any rank takes the first message under its tag, before a receive issued after
+// it from the same sender: rank 1 sends under tag 5, then 7; rank 0 posted recv_any(5), then
+// recv(1, 7), both before anything arrived. The later receive used to claim rank 1's FIFO on its
+// first poll, so it met the tag-5 message and aborted the communicator. `hosts_of` empty: one
+// node; else rank 2 on another node, and the ranks of the pair on the first.
+void any_source_before_a_later_receive(const std::vector<int>& hosts_of) {
+  std::unique_ptr<NetnsHosts> hosts;
+  RunOptions ro;
+  if (!hosts_of.empty()) {
+    hosts = std::make_unique<NetnsHosts>(2);
+    ro = hosts->place(hosts_of);
+  }
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = std::chrono::seconds(20);
+    Communicator c(store, rank, w, o);
+    for (int round = 0; round < 3; ++round) {
+      if (rank == 0) {
+        int32_t a = -1, b = -1;
+        Work any = c.recv_any(&a, 1, DataType::i32, 5);
+        Work later = c.recv(&b, 1, DataType::i32, 1, 7);
+        try {
+          any.wait();
+          later.wait();
+        } catch (const Error& e) {
+          rep.fail("round " + std::to_string(round) + ": " + e.what());
+          return;
+        }
+        if (a != 100 + round || any.source() != 1 || b != 200 + round)
+          rep.fail("round " + std::to_string(round) + ": recv_any got " + std::to_string(a) + " from " +
+                   std::to_string(any.source()) + ", the later receive " + std::to_string(b));
+      } else if (rank == 1) {
+        // Both receives are polled before anything arrives (round 0), or not (round 1, 2).
+        if (round == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        int32_t first = 100 + round, second = 200 + round;
+        c.send(&first, 1, DataType::i32, 0, 5).wait();
+        c.send(&second, 1, DataType::i32, 0, 7).wait();
+      }
+      c.barrier().wait();
+    }
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+TEST(P2P, ReceiveFromAnyTakesItsMessageBeforeALaterReceiveFromTheSameRank) {
+  any_source_before_a_later_receive({});
+}
+
+// A dead peer is named at once whatever the operations ahead of its receive wait for: rank 0
+// waits on a receive from rank 1 (alive, sending nothing until told) and one from rank 2, which
+// is killed. Liveness checks were throttled for the whole group, and the first operation took
+// every check, so the second never saw rank 2 die: the error came at the first's deadline,
+// naming rank 1.
+TEST(P2P, ADeadPeerIsNamedWhileAnEarlierReceiveWaitsOnALiveOne) {
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = std::chrono::seconds(30);  // far beyond the test's bound: detection must not rely on it
+    Communicator c(store, rank, w, o);
+    c.barrier().wait();
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::kill(::getpid(), SIGKILL);
+    }
+    if (rank == 1) {
+      int32_t go = 0;
+      try {
+        c.recv(&go, 1, DataType::i32, 0, 2).wait();  // never sent: fails once rank 0 aborts
+      } catch (const Error&) {
+      }
+      return;
+    }
+    int32_t a = 0, b = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    Work from1 = c.recv(&a, 1, DataType::i32, 1, 1);
+    Work from2 = c.recv(&b, 1, DataType::i32, 2, 1);
+    try {
+      from2.wait();
+      rep.fail("a receive from a killed rank succeeded");
+    } catch (const PeerError& e) {
+      if (e.peer() != 2) rep.fail(std::string("the error names another rank: ") + e.what());
+    } catch (const Error& e) {
+      rep.fail(std::string("not a PeerError: ") + e.what());
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) rep.fail("the dead rank was named too late");
+    try {
+      from1.wait();
+    } catch (const Error&) {  // aborted with the communicator
+    }
+  });
+  ASSERT_EQ(res.ranks[2].exit_code, -SIGKILL);
+  res.ranks[2].exit_code = 0;
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // Several sends to, and receives from, the same peer in flight at once, each larger than the
 // FIFO: each message must arrive whole and in order (they used to interleave their bytes when
 // the consumer drained the FIFO between two polls).
@@ -318,6 +414,10 @@ TEST(P2P, AnySourceStressMixedWithTaggedAndCollectives) {
 #ifdef SMDDP_HAVE_LIBFABRIC  // across nodes needs the libfabric transport
 // The same across nodes (#17): the root's receive from any source takes messages from ranks on
 // its own node (shared memory) and on the other (libfabric) as they come, each exactly once.
+TEST(P2P, ReceiveFromAnyTakesItsMessageBeforeALaterReceiveFromTheSameRankAcrossNodes) {
+  any_source_before_a_later_receive({0, 0, 1});
+}
+
 TEST(P2P, AnySourceAcrossNodesMixesLocalAndRemoteSenders) {
   for (const std::vector<int>& hosts_of : {std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0}}) {
     NetnsHosts hosts(2);

@@ -162,7 +162,8 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
              std::vector<int> global_ranks)
     : rank_(rank), size_(size), cfg_(cfg), fifo_owner_(2 * static_cast<size_t>(size), nullptr),
       ring_reserved_(static_cast<size_t>(size), 0),
-      seen_(static_cast<size_t>(size), 0), global_(std::move(global_ranks)) {
+      seen_(static_cast<size_t>(size), 0), global_(std::move(global_ranks)),
+      next_liveness_check_(static_cast<size_t>(size) + 1) {
   cfg_.slot_bytes = round_up(std::max<size_t>(cfg_.slot_bytes, kPage), kPage);
   size_t fifo = kPage;
   while (fifo < cfg_.fifo_bytes) fifo <<= 1;
@@ -630,9 +631,10 @@ size_t Group::fifo_pop(int src, void* data, size_t bytes) {
 
 void Group::check_progress(int peer, const OpInfo& op, const char* waiting_for) {
   throw_if_aborted(op);
-  auto now = Clock::now();
-  if (now < next_liveness_check_) return;
-  next_liveness_check_ = now + std::chrono::milliseconds(20);
+  const auto now = Clock::now();
+  Clock::time_point& next = next_liveness_check_[static_cast<size_t>(peer + 1)];
+  if (now < next && now < op.deadline) return;
+  next = now + std::chrono::milliseconds(20);
   std::string why;
   if (peer >= 0 && lost_rank({peer}, &why) >= 0)
     throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(global(peer)) + " " + why +

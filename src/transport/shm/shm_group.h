@@ -109,6 +109,15 @@ class Group {
   bool claim_fifo(bool outgoing, int peer, const void* who);  // true while `who` holds it
   void release_fifo(bool outgoing, int peer, const void* who);
   bool fifo_claimed(bool outgoing, int peer) const;
+  // Receives from any rank (op numbers `seq`, OpInfo::seq) resolve one at a time, in issue order,
+  // and a receive issued after an unresolved one may not claim a FIFO: it could take the message
+  // the earlier one is owed (as PairOrder holds receives back across nodes). Engine thread only.
+  void open_any(uint64_t seq) { open_any_seq_ = seq; }
+  void close_any(uint64_t seq) {
+    if (open_any_seq_ == seq) open_any_seq_ = 0;
+  }
+  // Whether a receive from any rank issued before op `seq` is unresolved.
+  bool any_open_before(uint64_t seq) const { return open_any_seq_ != 0 && open_any_seq_ < seq; }
   // Throws if the communicator was aborted, the peer is gone, or the deadline passed. peer < 0:
   // the rank is not known yet (a receive from any rank) or on another node: the error names
   // op.peer where it is known.
@@ -175,7 +184,10 @@ class Group {
   std::vector<uint64_t> seen_;  // per rank: its step word when the last wait_all() ended
   std::function<void(const std::vector<Fingerprint>&)> on_disagreement_;
   std::vector<int> global_;
-  Clock::time_point next_liveness_check_{};
+  uint64_t open_any_seq_ = 0;  // the unresolved receive from any rank (0: none)
+  // [peer + 1]: when check_progress next looks for that peer's loss (index 0: a receive from any
+  // rank). Per peer: one clock for the group let the first operation polled take every check.
+  std::vector<Clock::time_point> next_liveness_check_;
   Clock::time_point no_yield_until_{};  // a yield lost the core to another process: sleep till then
   Clock::time_point next_move_{};      // move_off_cpu: not again before then
   const bool cpu_number_is_cheap_ = cpu_number_is_cheap();
