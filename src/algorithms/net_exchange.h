@@ -24,11 +24,10 @@ class NetExchange {
   // Left with transfers pending only when the collective failed: they are cancelled, so nothing
   // arrives later in buffers the caller may free.
   ~NetExchange() {
-    for (auto& h : pending_) {
-      try {
-        ep_.cancel(h);
-      } catch (...) {  // a destructor must not throw; the collective's own error is on its way
-      }
+    if (pending_.empty()) return;
+    try {
+      ep_.cancel(pending_);
+    } catch (...) {  // a destructor must not throw; the collective's own error is on its way
     }
   }
   NetExchange(const NetExchange&) = delete;

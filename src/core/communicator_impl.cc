@@ -580,9 +580,8 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, P2pPoll poll, std:
   t.poll = [this, op, poll = std::move(poll)]() mutable {
     if (op.deadline == Clock::time_point{}) op.deadline = Clock::now() + op.timeout;
     try {
-      // Before any byte moves: after an abort the stream between a pair may be cut mid-message
-      // (a failed receive also keeps its claim on the FIFO), so no later message is taken.
-      shm_->throw_if_aborted(op);
+      // Each operation looks for an abort first, at every poll (p2p::Send and the others; a
+      // transfer across nodes cancels what it posted before the error leaves it).
       return poll(*shm_, op);
     } catch (const SystemError&) {
       // A broken connection to another node is more often the peer leaving after its node
@@ -667,7 +666,8 @@ class NetTransfer {
   }
 
  private:
-  bool step(shm::Group&, const OpInfo& op) {
+  bool step(shm::Group& g, const OpInfo& op) {
+    g.throw_if_aborted(op);  // this node aborted: the posted transfer is cancelled on the way out
     if (!h_) {
       if (is_send_) {
         h_ = ep_.send_p2p(peer_, buf_, bytes_, tag_, order_.next_send(peer_));
@@ -713,6 +713,7 @@ class NetOrLocalAnySource {
 
  private:
   bool step(shm::Group& g, const OpInfo& op) {
+    g.throw_if_aborted(op);  // this node aborted: the posted receive is cancelled on the way out
     if (local_) return local_->poll(g, op);
     if (!h_) {
       if (!order_.open_any()) return wait_.still_waiting(ep_, h_, op);  // behind another receive from any rank

@@ -19,7 +19,11 @@ void check_header(const Header& h, uint32_t tag, size_t bytes, int peer, const O
 Send::Send(const void* data, size_t bytes, int peer, uint32_t tag)
     : hdr_{kMagic, tag, bytes}, data_(static_cast<const std::byte*>(data)), peer_(peer) {}
 
+// Every poll looks for an abort before any byte moves: after an abort the stream between a pair
+// may be cut mid-message (a failed receive also keeps its claim on the FIFO), so no later
+// message is taken.
 bool Send::poll(shm::Group& g, const OpInfo& op) {
+  g.throw_if_aborted(op);
   if (!g.claim_fifo(true, peer_, this)) {  // an earlier send to this peer is still moving
     g.check_progress(peer_, op, "receive");
     return false;
@@ -51,6 +55,7 @@ void Recv::check_sender(shm::Group& g, const OpInfo& op) const {
 }
 
 bool Recv::poll(shm::Group& g, const OpInfo& op) {
+  g.throw_if_aborted(op);
   if (!claimed_) {
     // An earlier receive from this peer, or from any rank (which may take this peer's next
     // message), comes first.
@@ -90,6 +95,7 @@ int peek_any(shm::Group& g, uint32_t tag, int* next) {
 }
 
 bool RecvAny::poll(shm::Group& g, const OpInfo& op) {
+  g.throw_if_aborted(op);
   if (!chosen_) {
     if (g.any_open_before(op.seq)) {  // an earlier receive from any rank takes the next message
       g.check_progress(-1, op, "send");

@@ -62,6 +62,7 @@ StagedP2p::~StagedP2p() {
 }
 
 bool StagedP2p::poll(shm::Group& g, const OpInfo& op) {
+  g.throw_if_aborted(op);  // before any copy (the host operation looks again)
   polled_ = true;
   if (is_send_ && !copied_in_) {
     if (bytes_ > 0) {

@@ -717,19 +717,41 @@ bool Endpoint::test(const Handle& h) {
   return h->done();
 }
 
-void Endpoint::cancel(const Handle& h) {
+void Endpoint::cancel(const Handle& h) { cancel(std::vector<Handle>{h}); }
+
+void Endpoint::cancel(const std::vector<Handle>& hs) {
   std::lock_guard<std::mutex> g(impl_->mu);
-  Request& r = *h;
-  if (r.done() && r.error.empty()) return;
-  for (size_t i = 0; i < r.posted; ++i) fi_cancel(&impl_->ep.get()->fid, &r.ctx[i].ctx);  // not found: completed
-  if (r.rma && !r.is_send) {
-    impl_->rma_targets.erase(r.ticket.id);
-    r.mr.reset();  // closing the registration revokes the sender's remote access
+  std::vector<Request*> out;
+  for (const Handle& h : hs) {
+    Request& r = *h;
+    if (r.done() && r.error.empty()) continue;
+    for (size_t i = 0; i < r.posted; ++i) fi_cancel(&impl_->ep.get()->fid, &r.ctx[i].ctx);  // not found: completed
+    if (r.rma && !r.is_send) {
+      impl_->rma_targets.erase(r.ticket.id);
+      r.mr.reset();  // closing the registration revokes the sender's remote access
+    }
+    if (r.error.empty()) r.error = "smddp: transfer cancelled";
+    out.push_back(&r);
   }
-  if (r.error.empty()) r.error = "smddp: transfer cancelled";
-  // A cancelled operation still reports (an FI_ECANCELED error entry) before libfabric lets go
-  // of its context; drive() forgets the request once all have.
-  impl_->drive();
+  // libfabric cancels asynchronously, and an operation already matched (a message partly in, a
+  // send partly out) cannot be cancelled at all: it goes on with the buffer until it reports. The
+  // caller frees the buffers once this returns, so wait for every posted operation's report
+  // (done, or an FI_ECANCELED error entry), as withdraw() does. Bounded, once for all of them:
+  // over a link that went down a matched operation never reports, and the error the caller is
+  // about to raise must not wait for it long; that is said, since its buffer may be written if
+  // the link comes back while the endpoint lives.
+  const auto give_up = Clock::now() + std::chrono::seconds(1);
+  auto unreported = [&] {
+    size_t n = 0;
+    for (const Request* r : out) n += r->posted - r->completed - r->failed;
+    return n;
+  };
+  while (unreported() > 0 && Clock::now() <= give_up) impl_->drive();
+  if (const size_t n = unreported(); n > 0) {
+    SMDDP_LOG(WARN, impl_->rank) << "libfabric (" << impl_->provider << ") did not report " << n
+                                 << " cancelled operation(s) within 1 s; their buffers may still be written";
+  }
+  impl_->drive();  // forgets the requests that have all reported
 }
 
 void Endpoint::wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch) {

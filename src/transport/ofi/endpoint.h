@@ -88,9 +88,13 @@ class Endpoint {
   // Reads completions; true once `h` is done. Throws SystemError on a completion error.
   bool test(const Handle& h);
   // Abandons a request that is not done (a collective that failed midway): its posted operations
-  // are cancelled and an RMA receive's buffer loses its remote access, so nothing lands in the
-  // buffer afterwards, which the caller may free. Harmless on a finished request.
+  // are cancelled and an RMA receive's buffer loses its remote access, and it returns once
+  // libfabric has reported every one of them, so nothing lands in the buffer afterwards, which
+  // the caller may free. At most 1 s (an operation cut by a link that went down never reports:
+  // a warning says so). Harmless on a finished request.
   void cancel(const Handle& h);
+  // The same for several requests, waiting for all of them at once.
+  void cancel(const std::vector<Handle>& hs);
   // Reads completions and posts what waits to be posted, for every request (errors stay with
   // their requests). For callers busy elsewhere, e.g. a shared-memory wait.
   void progress();
