@@ -31,6 +31,7 @@ void OpState::complete(std::exception_ptr e) {
     std::lock_guard<std::mutex> g(mu);
     error = std::move(e);
     completing = true;  // from here on, new callbacks wait for `done` and run on their own
+    completer = std::this_thread::get_id();  // but not those the callbacks add (on_complete)
     cbs = std::move(callbacks);
     callbacks.clear();
   }
@@ -38,12 +39,17 @@ void OpState::complete(std::exception_ptr e) {
   // One that throws must not skip `done` (its waiters would wait forever) nor escape into the
   // engine thread (std::terminate): the waiters get the error instead.
   std::exception_ptr callback_error;
-  for (auto& cb : cbs) {
-    try {
-      cb(error);
-    } catch (...) {
-      if (!callback_error) callback_error = std::current_exception();
+  while (!cbs.empty()) {
+    for (auto& cb : cbs) {
+      try {
+        cb(error);
+      } catch (...) {
+        if (!callback_error) callback_error = std::current_exception();
+      }
     }
+    std::lock_guard<std::mutex> g(mu);  // those the callbacks added
+    cbs = std::move(callbacks);
+    callbacks.clear();
   }
   if (callback_error) {
     const std::string msg = "smddp: " + describe() + ": a completion callback (Work::then) threw: " +
@@ -60,7 +66,7 @@ void OpState::complete(std::exception_ptr e) {
 
 void OpState::on_complete(std::function<void(std::exception_ptr)> cb) {
   std::unique_lock<std::mutex> lk(mu);
-  if (!completing) {
+  if (!completing || (!done.load(std::memory_order_relaxed) && completer == std::this_thread::get_id())) {
     callbacks.push_back(std::move(cb));
     return;
   }

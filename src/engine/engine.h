@@ -53,11 +53,14 @@ struct OpState {
   std::exception_ptr error;
   std::vector<std::function<void(std::exception_ptr)>> callbacks;  // guarded by mu
   bool completing = false;                                        // guarded by mu
+  std::thread::id completer;  // the thread running the callbacks (guarded by mu)
 
   // Runs the callbacks, then wakes the waiters. A callback that throws does not stop the others;
   // if the operation itself succeeded, its waiters then get an Error naming the callback's.
   void complete(std::exception_ptr e);
-  // Runs cb when complete (now, if already; what it throws then reaches the caller).
+  // Runs cb when complete (now, if already; what it throws then reaches the caller). From one of
+  // this operation's own callbacks: after the callbacks already there (waiting for the end there
+  // would wait for itself).
   void on_complete(std::function<void(std::exception_ptr)> cb);
   // "allreduce #17 on rank 0"
   std::string describe() const;

@@ -82,6 +82,33 @@ TEST(EngineCallbacks, OneThatThrowsFailsTheWaitersAndTheRestStillRun) {
   }
 }
 
+// A callback that adds another callback to its own operation (Work::then inside Work::then): the
+// new one runs too, after the ones already there and before waiters wake. It used to wait for
+// the operation's end on the very thread that ends it, after the callback returns: the engine
+// thread (or the inline caller) hung.
+TEST(EngineCallbacks, ACallbackThatAddsOneToItsOwnOperationRunsIt) {
+  for (bool inline_on : {false, true}) {
+    SCOPED_TRACE(inline_on ? "inline" : "engine thread");
+    auto engine = std::make_shared<engine::Engine>(inline_on);
+    engine::Task first = collective(1);
+    auto state = first.state;
+    std::atomic<int> order{0}, outer_at{-1}, inner_at{-1};
+    state->on_complete([&, state](std::exception_ptr) {
+      outer_at = order++;
+      state->on_complete([&](std::exception_ptr e) { inner_at = e ? -2 : order++; });
+    });
+    submit_and_run(*engine, std::move(first));
+    EXPECT_EQ(wait_error(state), "");
+    EXPECT_EQ(outer_at, 0);
+    EXPECT_EQ(inner_at, 1) << "the callback added by a callback did not run before the wait ended";
+    // The engine goes on.
+    engine::Task next = collective(2);
+    auto next_state = next.state;
+    submit_and_run(*engine, std::move(next));
+    EXPECT_EQ(wait_error(next_state), "");
+  }
+}
+
 // What the operation failed with stays its error: a callback that then throws too does not
 // replace it.
 TEST(EngineCallbacks, AnOperationsOwnErrorWinsOverACallbacks) {
