@@ -25,7 +25,7 @@ __device__ __forceinline__ typename Traits<T>::Acc load_scaled(T v, double facto
 }
 template <class T, ReduceOp Op>
 __device__ __forceinline__ T store_result(typename Traits<T>::Acc acc, int divisor) {
-  if constexpr (Op == ReduceOp::avg) acc = acc / static_cast<typename Traits<T>::Acc>(divisor);
+  if constexpr (Op == ReduceOp::avg) acc = divide_by_world(acc, divisor);
   return Traits<T>::store(acc);
 }
 template <class T, ReduceOp Op>

@@ -56,6 +56,20 @@ template <class A> SMDDP_HD A wrap_mul(A a, A b) {
   }
 }
 
+// avg's final division by the world size. Integers divide in 64 bits (truncating toward zero):
+// the world size need not fit in an 8-bit element type (128 ranks of i8 divided by -128, 256 of
+// u8 by 0). Their sum wraps before the division, in every algorithm alike (NCCL's ncclAvg too):
+// an average of 8-bit values whose sum overflows 8 bits is not their mathematical mean.
+template <class A> SMDDP_HD A divide_by_world(A v, int divisor) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) {
+    return static_cast<A>(static_cast<int64_t>(v) / divisor);
+  } else if constexpr (std::is_integral_v<A>) {
+    return static_cast<A>(static_cast<uint64_t>(v) / static_cast<uint64_t>(divisor));
+  } else {
+    return v / static_cast<A>(divisor);
+  }
+}
+
 // One binary operator per ReduceOp; avg and premul_sum combine like sum (their scaling is a
 // separate pre/post step, see Scale).
 template <ReduceOp Op, bool IsBool> struct Combine;

@@ -163,6 +163,51 @@ TEST(ReduceKernels, HalfAccumulatesInFloatAndRoundsOnce) {
   EXPECT_EQ(f16_to_f32(out), 2050.0f);
 }
 
+// Every instruction set gives the same bits for premul_sum: scale (rounded), then add (rounded).
+// GCC contracts x * f + acc into one fused multiply-add where FMA is enabled (the AVX2 and
+// AVX-512 copies), rounding once: here -1 + 1.00000012 * 1.5 gave 1.5 * 2^-23 there and 2^-22 on
+// the scalar copy, so ranks on different paths (SMDDP_REDUCE_ISA, or nodes with other CPUs)
+// disagreed. The library is built with -ffp-contract=off.
+TEST(ReduceKernels, PremulSumRoundsTheProductOnEveryIsa) {
+  const float a = -1.0f, b = 0.0f, c = 1.00000012f;  // 0x3F800001: c * 1.5 is a tie in f32
+  const void* srcs[] = {&a, &b, &c};
+  volatile float product = c * 1.5f;  // rounded on its own, wherever this test is compiled
+  const float want = (a * 1.5f + b * 1.5f) + product;
+  for (const auto& isa : isas()) {
+    if (!isa.available) continue;
+    float out = 0;
+    isa.fn({&out, srcs, 3, 1, DataType::f32, Reduction::premul_sum(1.5), 3});
+    EXPECT_EQ(out, want) << isa.name << ": " << out << " (a fused multiply-add gives 1.78813934e-07)";
+  }
+}
+
+// avg of 8-bit integers divides by the world size, which does not fit in 8 bits from 128 (i8) or
+// 256 (u8) ranks: it was narrowed to the element type first (-128 / -128 = 1 for 128 ranks
+// averaging -1; a divisor of 0, SIGFPE, for 256 ranks of u8).
+TEST(ReduceKernels, IntegerAvgDividesByTheWholeWorldSize) {
+  for (const auto& isa : isas()) {
+    if (!isa.available) continue;
+    const int8_t m1 = -1;
+    const void* s8[] = {&m1};
+    int8_t out8 = 0;
+    isa.fn({&out8, s8, 1, 1, DataType::i8, ReduceOp::avg, 128});  // one rank's partial sum, -1, over 128 ranks
+    EXPECT_EQ(out8, 0) << isa.name << " i8";                     // -1 / 128 truncates to 0
+    const int8_t minus128 = -128;
+    const void* s8b[] = {&minus128};
+    isa.fn({&out8, s8b, 1, 1, DataType::i8, ReduceOp::avg, 128});
+    EXPECT_EQ(out8, -1) << isa.name << " i8, sum -128 over 128";
+    const uint8_t v = 200;
+    const void* su[] = {&v};
+    uint8_t outu = 0;
+    isa.fn({&outu, su, 1, 1, DataType::u8, ReduceOp::avg, 256});
+    EXPECT_EQ(outu, 0) << isa.name << " u8 over 256";
+    isa.fn({&outu, su, 1, 1, DataType::u8, ReduceOp::avg, 300});
+    EXPECT_EQ(outu, 0) << isa.name << " u8 over 300";
+    isa.fn({&outu, su, 1, 1, DataType::u8, ReduceOp::avg, 2});
+    EXPECT_EQ(outu, 100) << isa.name << " u8 over 2";
+  }
+}
+
 // is_copy: where it says a reduction of one source may be a copy (the CUDA device then copies
 // instead of launching the kernel), the kernels write exactly the source's bytes; the scaling
 // ops, several sources and unsupported pairs are never copies.
