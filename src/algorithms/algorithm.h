@@ -84,6 +84,7 @@ struct Algorithm {
   const char* name;
   AlgoFn run;
   Scope scope = Scope::node;
+  bool even_nodes = false;  // needs the same number of ranks on every node (the hierarchical ones)
 };
 
 // How a disagreement's message ends: nothing written, on a rank that found it (or heard of it)

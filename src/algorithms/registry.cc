@@ -68,10 +68,10 @@ const std::vector<Algorithm>& all() {
       {CollKind::barrier, "flags", barrier_flags},
 #ifdef SMDDP_HAVE_LIBFABRIC
       // Across nodes (libfabric between them, shared memory inside):
-      {CollKind::allreduce, "hier", allreduce_hier, Scope::nodes},
-      {CollKind::allreduce, "hier_small", allreduce_hier_small, Scope::nodes},
-      {CollKind::allgather, "hier", allgather_hier, Scope::nodes},
-      {CollKind::reduce_scatter, "hier", reduce_scatter_hier, Scope::nodes},
+      {CollKind::allreduce, "hier", allreduce_hier, Scope::nodes, /*even_nodes=*/true},
+      {CollKind::allreduce, "hier_small", allreduce_hier_small, Scope::nodes, /*even_nodes=*/true},
+      {CollKind::allgather, "hier", allgather_hier, Scope::nodes, /*even_nodes=*/true},
+      {CollKind::reduce_scatter, "hier", reduce_scatter_hier, Scope::nodes, /*even_nodes=*/true},
       {CollKind::allreduce, "net_direct", allreduce_net_direct, Scope::nodes},
       {CollKind::allgather, "net_direct", allgather_net_direct, Scope::nodes},
       {CollKind::reduce_scatter, "net_direct", reduce_scatter_net_direct, Scope::nodes},
@@ -159,14 +159,17 @@ bool host_window_wins(CollKind kind, size_t bytes, int world_size) {
 const Algorithm& select(CollKind kind, size_t bytes, int world_size, const std::vector<const Algorithm*>& overrides,
                         const topology::Topology* topo, bool device_memory, bool own_cpus) {
   const Scope scope = topo && topo->num_nodes() > 1 ? Scope::nodes : Scope::node;
-  for (const Algorithm* a : overrides)
-    if (a->kind == kind && a->scope == scope) return *a;
-  for (const Algorithm* a : env_overrides())
-    if (a->kind == kind && a->scope == scope) return *a;
-  if (scope == Scope::nodes) {
-    // The hierarchical algorithms need the same number of ranks on every node.
-    bool even = true;
+  // The hierarchical algorithms need the same number of ranks on every node; forced elsewhere,
+  // they read peers that do not exist (an override that does not fit is ignored, as documented).
+  bool even = true;
+  if (scope == Scope::nodes)
     for (const auto& n : topo->node_ranks) even = even && n.size() == topo->node_ranks[0].size();
+  auto fits = [&](const Algorithm* a) { return a->kind == kind && a->scope == scope && (even || !a->even_nodes); };
+  for (const Algorithm* a : overrides)
+    if (fits(a)) return *a;
+  for (const Algorithm* a : env_overrides())
+    if (fits(a)) return *a;
+  if (scope == Scope::nodes) {
     if (even && kind == CollKind::allreduce) {
       static const size_t small_max = static_cast<size_t>(config::get_int("SMDDP_HIER_SMALL_MAX"));
       return find(kind, bytes <= small_max ? "hier_small" : "hier");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "algorithms/registry.h"
+#include "topology/topology.h"
 #include "core/config.h"
 
 namespace smddp::algorithms {
@@ -72,6 +73,28 @@ TEST(Selector, HostMemoryAtTwoRanksWithACpuEachTakesTheWindowAlgorithmsInTheirSi
   const std::vector<const Algorithm*> forced = parse_overrides("allreduce:rs_ag");
   EXPECT_STREQ(select(CollKind::allreduce, 8 * MiB, 2, forced, nullptr, false, true).name, "rs_ag");
 }
+
+#ifdef SMDDP_HAVE_LIBFABRIC
+// Across nodes, a forced hierarchical algorithm runs only where every node has as many ranks: on
+// nodes of 2 and 1 ranks it read peers that do not exist (found by review); the override is
+// ignored there, as registry.h says of one that does not fit the topology, and net_direct runs.
+TEST(Selector, AForcedHierarchicalAlgorithmIsIgnoredOnUnevenNodes) {
+  topology::Topology uneven;
+  uneven.size = 3;
+  uneven.node_of = {0, 0, 1};
+  uneven.node_ranks = {{0, 1}, {2}};
+  topology::Topology even = uneven;
+  even.size = 4;
+  even.node_of = {0, 0, 1, 1};
+  even.node_ranks = {{0, 1}, {2, 3}};
+  for (const char* spec : {"allreduce:hier", "allreduce:hier_small", "allgather:hier", "reduce_scatter:hier"}) {
+    const std::vector<const Algorithm*> forced = parse_overrides(spec);
+    const CollKind k = forced[0]->kind;
+    EXPECT_STREQ(select(k, 1 << 20, 3, forced, &uneven).name, "net_direct") << spec;
+    EXPECT_STREQ(select(k, 1 << 20, 4, forced, &even).name, forced[0]->name) << spec;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace smddp::algorithms
