@@ -228,13 +228,25 @@ void alltoall_net_direct(Context& ctx, const CollArgs& a) {
   const size_t es = dtype_size(a.dtype);
   NetExchange x(ctx);
   if (!a.uniform && config::get_bool("SMDDP_CHECK_CONSISTENCY")) check_alltoall_counts(ctx, x, a);
+  // In place (send == recv), a block's send and the receive into the same bytes are in flight
+  // together: a peer's data (an RMA write, a rendezvous) could land before the send read the
+  // block. The blocks to send are copied aside first.
+  const void* send = a.send;
+  if (a.send == a.recv) {
+    size_t extent = 0;
+    for (int j = 0; j < G; ++j)
+      extent = std::max(extent, a.send_displs[static_cast<size_t>(j)] + a.send_counts[static_cast<size_t>(j)]);
+    std::byte* aside = scratch_buffer(ctx, 0, extent * es);
+    ctx.dev.copy(aside, a.send, extent * es);
+    send = aside;
+  }
   for (int j = 0; j < G; ++j) {
     const auto J = static_cast<size_t>(j);
     if (j == me) {
-      ctx.dev.copy(at(a.recv, a.recv_displs[J], es), at(a.send, a.send_displs[J], es), a.send_counts[J] * es);
+      ctx.dev.copy(at(a.recv, a.recv_displs[J], es), at(send, a.send_displs[J], es), a.send_counts[J] * es);
       continue;
     }
-    x.send(j, at(a.send, a.send_displs[J], es), a.send_counts[J] * es, 0);
+    x.send(j, at(send, a.send_displs[J], es), a.send_counts[J] * es, 0);
     x.recv(j, at(a.recv, a.recv_displs[J], es), a.recv_counts[J] * es, 0);
   }
   x.wait();
