@@ -1,6 +1,9 @@
 // Construction, work bookkeeping, and the reductions (allreduce, reduce, reduce_scatter).
 #include "backend.h"
 
+#include <ATen/ThreadLocalState.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+
 #include <Python.h>
 
 #include <cstdlib>
@@ -64,8 +67,17 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::make_work(::c10d::OpType typ
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::finish(::c10d::OpType type, Pending p) {
   auto fins = std::move(p.finalizers);
   std::function<void()> finalize;
+  // The copies back into the user's tensors run on whichever thread completes the collective,
+  // usually the engine's: under the caller's thread-local state from the call (inference mode,
+  // grad mode, ...), as gloo's worker runs since torch's #142184, and below autograd's in-place
+  // checks, since they put the collective's result in the user's memory as gloo writes it there
+  // directly. Without either, an async all_gather under torch.inference_mode() failed ("Inplace
+  // update to inference tensor outside InferenceMode"), and so did a staged (non-contiguous)
+  // leaf that requires grad, such as a channels_last weight.
   if (!fins.empty())
-    finalize = [fins = std::move(fins)] {
+    finalize = [fins = std::move(fins), tls = at::ThreadLocalState()] {
+      at::ThreadLocalStateGuard caller(tls);
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
       for (auto& f : fins) f();
     };
 #ifdef SMDDP_TORCH_CUDA
@@ -132,7 +144,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::endCoalescing() {
 
 Pending ProcessGroupSmddp::allreduce_one(const at::Tensor& t, const Reduction& red, const char* coll) {
   check_tensor(t, coll, getRank());
-  Elems e = reduction_elems(t, red, coll);
+  Elems e = reduction_elems(t, red, coll, getRank());
   Pending p;
   Staged s = stage(t.is_complex() ? at::view_as_real(t) : t);
   p.ops.push_back(comm_->allreduce(s.data(), s.data(), e.count, e.dtype, red, memory_of(s.tensor)));
@@ -168,7 +180,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce_coalesced(std::vec
     }
     Pending all;
     if (!same) {
-      for (auto& t : tensors) reduction_elems(t, red, "allreduce_coalesced");  // all, before the first goes
+      // All of them, before the first goes.
+      for (auto& t : tensors) reduction_elems(t, red, "allreduce_coalesced", getRank());
       for (auto& t : tensors) all.merge(allreduce_one(t, red, "allreduce_coalesced"));
       return finish(::c10d::OpType::ALLREDUCE_COALESCED, std::move(all));
     }
@@ -177,10 +190,10 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allreduce_coalesced(std::vec
     std::vector<size_t> parts;
     for (auto& t : tensors) {
       flat_parts.push_back(t.reshape({-1}));
-      parts.push_back(reduction_elems(t, red, "allreduce_coalesced").count);
+      parts.push_back(reduction_elems(t, red, "allreduce_coalesced", getRank()).count);
     }
     at::Tensor flat = at::cat(flat_parts);
-    Elems e = reduction_elems(flat, red, "allreduce_coalesced");
+    Elems e = reduction_elems(flat, red, "allreduce_coalesced", getRank());
     at::Tensor buf = flat.is_complex() ? at::view_as_real(flat) : flat;
     Pending p;
     p.ops.push_back(comm_->allreduce_coalesced(buf.data_ptr(), buf.data_ptr(), parts, e.dtype, red, memory_of(buf)));
@@ -203,7 +216,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce(std::vector<at::Tenso
     check_single(tensors, "reduce", getRank());
     const Reduction red = to_reduction(opts.reduceOp, "reduce");
     const at::Tensor& t = tensors[0];
-    Elems e = reduction_elems(t, red, "reduce");
+    Elems e = reduction_elems(t, red, "reduce", getRank());
     const int root = static_cast<int>(opts.rootRank);
     Staged s = stage(t.is_complex() ? at::view_as_real(t) : t);
     Pending p;
@@ -226,7 +239,7 @@ Elems ProcessGroupSmddp::check_reduce_scatter(const at::Tensor& out, const at::T
     throw InvalidArgument("smddp: rank " + std::to_string(getRank()) + ": " + coll + ": input has " +
                           std::to_string(flat_in.numel()) + " elements, expected output's " +
                           std::to_string(out.numel()) + " x world size " + std::to_string(getSize()));
-  return reduction_elems(out, red, coll);
+  return reduction_elems(out, red, coll, getRank());
 }
 
 Pending ProcessGroupSmddp::reduce_scatter_one(const at::Tensor& out, const at::Tensor& flat_in, const Reduction& red,

@@ -235,9 +235,12 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall_base(at::Tensor& ou
     auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
       std::vector<size_t> c(W);
       if (splits.empty()) {
-        if (t.numel() % getSize() != 0)
-          throw InvalidArgument(who(getRank()) + "all_to_all_single: " + which + " of " + std::to_string(t.numel()) +
-                                " elements does not split evenly over " + std::to_string(W) + " ranks");
+        // Rows of dim 0 go whole to one rank, as gloo and NCCL require (a [3, 4] tensor over 2
+        // ranks used to be cut mid-row, 6 elements each).
+        const int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+        if (rows % getSize() != 0)
+          throw InvalidArgument(who(getRank()) + "all_to_all_single: " + which + "'s dim 0 of size " +
+                                std::to_string(rows) + " does not split evenly over " + std::to_string(W) + " ranks");
         std::fill(c.begin(), c.end(), static_cast<size_t>(t.numel()) / W * per_elem);
         return c;
       }

@@ -40,9 +40,17 @@ size_t units_per_element(const at::Tensor& t) {
   return native(t.scalar_type(), &d) ? 1 : static_cast<size_t>(t.element_size());
 }
 
-Elems reduction_elems(const at::Tensor& t, const Reduction& r, const char* op) {
+Elems reduction_elems(const at::Tensor& t, const Reduction& r, const char* op, int rank) {
   DataType d;
-  if (native(t.scalar_type(), &d)) return {d, static_cast<size_t>(t.numel())};
+  if (native(t.scalar_type(), &d)) {
+    // Checked here too, in the core's words (it checks again): the coalesced calls check every
+    // tensor with this before the first is submitted, and a pair refused later left the first
+    // written.
+    if (!supports(d, r.op))
+      throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": " + op + ": reduce op " + to_string(r.op) +
+                            " is not supported for dtype " + to_string(d));
+    return {d, static_cast<size_t>(t.numel())};
+  }
   if (t.is_complex()) {
     if (r.op != ReduceOp::sum && r.op != ReduceOp::avg && r.op != ReduceOp::premul_sum)
       throw InvalidArgument(std::string("smddp: ") + op + ": reduce op " + to_string(r.op) +

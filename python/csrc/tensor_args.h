@@ -35,7 +35,7 @@ Elems movement_elems(const at::Tensor& t);
 // movement_elems' units per tensor element: 1 for a dtype smddp has, else its bytes (also for
 // an empty tensor, whose count says nothing).
 size_t units_per_element(const at::Tensor& t);
-Elems reduction_elems(const at::Tensor& t, const Reduction& r, const char* op);
+Elems reduction_elems(const at::Tensor& t, const Reduction& r, const char* op, int rank);
 
 Reduction to_reduction(const ::c10d::ReduceOp& op, const char* coll);
 

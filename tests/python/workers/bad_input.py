@@ -60,6 +60,9 @@ CASES = [
     ("all_to_all_single: splits that do not add up",
      lambda: dist.all_to_all_single(torch.empty(4 * world), torch.ones(4 * world), [5] * world, [4] * world),
      [me, "all_to_all_single", "splits", f"{5 * world}"]),
+    ("all_to_all_single: rows of dim 0 that do not split evenly (the elements would)",
+     lambda: dist.all_to_all_single(torch.empty(world + 1, 2 * world), torch.ones(world + 1, 2 * world)),
+     [me, "all_to_all_single", "dim 0 of size", f"{world + 1}"]),
     ("all_to_all_single: a split list of the wrong length",
      lambda: dist.all_to_all_single(torch.empty(4 * world), torch.ones(4 * world), [4] * (world + 1),
                                     [4] * (world + 1)),
@@ -122,6 +125,20 @@ except (RuntimeError, ValueError) as e:
           all(f in str(e) for f in (me, "reduce_scatter_tensor_coalesced", f"{2 * world + 1}")), str(e))
 check("the coalesced call's first pair wrote nothing", torch.equal(first, torch.full((2,), -7.0)), first)
 group_works("a coalesced call with a wrong second pair")
+# The same when the second pair's dtype does not take the op (BAND on floats): refused before
+# the first pair (integers, which take it) goes.
+first = torch.full((2,), -7, dtype=torch.int32)
+try:
+    with dist._coalescing_manager():
+        dist.reduce_scatter_tensor(first, torch.ones(2 * world, dtype=torch.int32), op=dist.ReduceOp.BAND)
+        dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * world), op=dist.ReduceOp.BAND)
+    check("a coalesced BAND whose second pair is float raises", False, "no exception")
+except (RuntimeError, ValueError) as e:
+    check("a coalesced BAND whose second pair is float names the op and dtype",
+          all(f in str(e) for f in (me, "band", "f32")), str(e))
+check("the coalesced BAND's integer pair wrote nothing", torch.equal(first, torch.full((2,), -7, dtype=torch.int32)),
+      first)
+group_works("a coalesced call whose second pair does not take the op")
 
 # Valid, if unusual: results against a local reference.
 base = torch.arange(24, dtype=torch.float32).reshape(4, 6)

@@ -4,6 +4,7 @@ dtypes) or is wrong (reduce_scatter_tensor ignores the op in 2.6), a locally com
 replaces it; the checks that do so say so in their name."""
 import datetime
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -243,6 +244,40 @@ y = torch.full((sum(out_splits), 3), -1, dtype=torch.int16)
 dist.all_to_all_single(y, x, out_splits, in_splits)
 want = torch.cat([torch.full((out_splits[s], 3), s * 100 + rank, dtype=torch.int16) for s in range(world)])
 check("all_to_all_single int16 with an empty input on rank 0", torch.equal(y, want), f"{y.flatten()[:12]}")
+
+# ---- the caller's thread-local state -------------------------------------------------------------
+# The copies back into the user's tensors run on the engine thread (an async call left to it: the
+# sleep), under the caller's inference and grad modes, and below autograd's in-place checks, as
+# gloo writes the result in place.
+with torch.inference_mode():
+    t = torch.full((3,), float(rank))
+    outs = [torch.empty(3) for _ in range(world)]
+    err = ""
+    try:
+        w = dist.all_gather(outs, t, async_op=True)
+        time.sleep(0.2)
+        w.wait()
+    except RuntimeError as e:
+        err = str(e)
+    check("async all_gather under torch.inference_mode()",
+          not err and all(torch.equal(outs[r], torch.full((3,), float(r))) for r in range(world)), err)
+conv = torch.nn.Conv2d(4, 4, 3).to(memory_format=torch.channels_last)  # a non-contiguous leaf
+conv_g = torch.nn.Conv2d(4, 4, 3).to(memory_format=torch.channels_last)
+with torch.no_grad():
+    for c in (conv, conv_g):
+        c.weight.copy_(torch.arange(c.weight.numel(), dtype=torch.float32).view_as(c.weight) + rank)
+for mode in ("no_grad", "grad enabled"):
+    err = ""
+    with torch.no_grad() if mode == "no_grad" else torch.enable_grad():
+        try:
+            w = dist.all_reduce(conv.weight, async_op=True)
+            time.sleep(0.2)
+            w.wait()
+        except RuntimeError as e:
+            err = str(e)
+        dist.all_reduce(conv_g.weight, group=gloo)
+    check(f"all_reduce of a channels_last weight that requires grad, {mode}, vs gloo",
+          not err and torch.equal(conv.weight, conv_g.weight) and conv.weight.requires_grad, err)
 
 # ---- gather / scatter ------------------------------------------------------------------------------
 for root in range(world):
