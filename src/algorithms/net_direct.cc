@@ -2,7 +2,9 @@
 // span nodes: every rank talks to every other over libfabric (ranks of one node over loopback).
 // Correct for any topology and any rank counts; the hierarchical allreduce (allreduce_hier.cc)
 // is what makes the common case fast. Reductions combine in rank order (0..G-1) at a single
-// owner, so every rank gets the same bits. Scratch is bounded: messages go in slices.
+// owner, so every rank gets the same bits. allreduce's scratch is bounded (messages go in
+// slices); reduce_scatter's is not: its owner receives every rank's block at once (G x count),
+// as alltoall in place copies its whole send extent aside.
 #include <algorithm>
 #include <array>
 #include <vector>
