@@ -7,16 +7,22 @@ instead, and `init_process_group(backend="smddp")` would fail on the first missi
 
     Open MPI   OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE
     PMI        PMI_RANK, PMI_SIZE (MPICH, Intel MPI), MPI_LOCALRANKID, MPI_LOCALNRANKS
-    Slurm      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE (srun steps)
+    Slurm      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and this node's count of the step's
+               tasks (SLURM_STEP_TASKS_PER_NODE by SLURM_NODEID, else SLURM_TASKS_PER_NODE,
+               else SLURM_NTASKS_PER_NODE, which is only the requested most)
 
 in that order of preference (mpirun inside a Slurm allocation sees both; its own numbering is
-the one the ranks follow). A variable the user or launcher set is never changed.
+the one the ranks follow). Where the chosen launcher has no local rank or count (srun with
+Slurm's pmi2 plugin sets PMI_RANK and PMI_SIZE only), Slurm's are taken if its rank and size
+are the chosen ones. A variable the user or launcher set is never changed.
 
 MASTER_ADDR: the local host when every rank is on this node; otherwise the first host of
-SageMaker's SM_HOSTS, else the first host of the Slurm allocation (SLURM_JOB_NODELIST); left
-unset when neither is known (torch then names the variable to set). MASTER_PORT: derived from
-the job's id (SLURM_JOB_ID, Open MPI's PMIX_NAMESPACE, SageMaker's job name) so two jobs
-sharing a node do not collide; 29500 (torch's default) when there is no id.
+SageMaker's SM_HOSTS, else the first host of the Slurm step (SLURM_STEP_NODELIST), else of the
+allocation (SLURM_JOB_NODELIST); left unset when none is known (torch then names the variable to
+set). MASTER_PORT: derived from the id of what started the ranks (Open MPI's PMIX_NAMESPACE for
+mpirun, even inside Slurm; SLURM_JOB_ID with the step's SLURM_STEP_ID for srun; SageMaker's job
+name) so two jobs, or two steps or mpiruns of one allocation, sharing a node do not collide;
+29500 (torch's default) when there is no id.
 
 SMDATAPARALLEL_LOCAL_RANK (read by transformers' Trainer on SageMaker's data-parallel path) is
 set from LOCAL_RANK. What was filled is printed to stderr when SMDDP_DEBUG is INFO or more.
@@ -52,10 +58,14 @@ def expand_first_host(nodelist):
 
 
 def _slurm_tasks_per_node(env):
-    """Where SLURM_NTASKS_PER_NODE is absent: this node's entry of SLURM_TASKS_PER_NODE,
-    '2(x3),1' (nodes 0-2 run 2 tasks, node 3 one), by SLURM_NODEID (the first where unknown)."""
+    """This node's entry of the step's SLURM_STEP_TASKS_PER_NODE (srun), else of the
+    allocation's SLURM_TASKS_PER_NODE: '2(x3),1' (nodes 0-2 run 2 tasks, node 3 one), by
+    SLURM_NODEID (the first where unknown). None when neither is there or readable."""
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    if not spec:
+        return None
     counts = []
-    for part in env.get("SLURM_TASKS_PER_NODE", "").split(","):
+    for part in spec.split(","):
         m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
         if not m:
             return None
@@ -67,12 +77,20 @@ def _slurm_tasks_per_node(env):
     return counts[node] if 0 <= node < len(counts) else (counts[0] if counts else None)
 
 
-def _job_port(env):
-    for key in ("SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "SAGEMAKER_JOB_NAME", "TRAINING_JOB_NAME"):
+def _job_port(env, launcher):
+    """A port every rank of this job derives alike: from the id of what started the ranks."""
+    keys = ["SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "SAGEMAKER_JOB_NAME", "TRAINING_JOB_NAME"]
+    if launcher == "Open MPI":  # mpirun inside a Slurm allocation: its own job, not the allocation
+        keys.remove("SLURM_JOB_ID")
+        keys.insert(2, "SLURM_JOB_ID")
+    for key in keys:
         if env.get(key):
+            value = env[key]
+            if key == "SLURM_JOB_ID" and env.get("SLURM_STEP_ID"):  # two steps of one allocation
+                value += "." + env["SLURM_STEP_ID"]
             # Stable across processes (Python's hash() is salted per process), away from the
             # ephemeral range and from torch's default.
-            return str(20000 + zlib.crc32(f"{key}={env[key]}".encode()) % 10000), key
+            return str(20000 + zlib.crc32(f"{key}={value}".encode()) % 10000), key
     return str(DEFAULT_PORT), None
 
 
@@ -95,10 +113,21 @@ def fill(env=None):
     if launcher:
         name, keys = launcher
         values = [env.get(k) for k in keys]
-        if name == "Slurm" and not values[3]:
-            values[3] = _slurm_tasks_per_node(env)
-        for t, k, v in zip(_TORCH, keys, values):
-            put(t, v, f"{name} {k}")
+        whys = [f"{name} {k}" for k in keys]
+        if name == "Slurm":
+            per_node = _slurm_tasks_per_node(env)
+            if per_node:
+                values[3], whys[3] = per_node, "Slurm's tasks on this node"
+        elif (not values[2] or not values[3]) and (env.get("SLURM_PROCID"), env.get("SLURM_NTASKS")) == tuple(
+                values[:2]):
+            # The same ranks as Slurm's (srun --mpi=pmi2 sets PMI_RANK and PMI_SIZE only): its
+            # local numbering is theirs.
+            slurm_local = (env.get("SLURM_LOCALID"), _slurm_tasks_per_node(env) or env.get("SLURM_NTASKS_PER_NODE"))
+            for i in (2, 3):
+                if not values[i] and slurm_local[i - 2]:
+                    values[i], whys[i] = slurm_local[i - 2], f"Slurm's, as {name}'s ranks are Slurm's"
+        for t, v, why in zip(_TORCH, values, whys):
+            put(t, v, why)
 
     if "RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" not in env:
         world, local = env.get("WORLD_SIZE"), env.get("LOCAL_WORLD_SIZE")
@@ -111,6 +140,10 @@ def fill(env=None):
             put("MASTER_ADDR", "127.0.0.1", "every rank on this node")
         elif hosts:
             put("MASTER_ADDR", hosts[0], "first host of SM_HOSTS")
+        elif env.get("SLURM_STEP_NODELIST") and launcher and launcher[0] != "Open MPI":
+            # srun: the step's first host runs its rank 0, which need not be the allocation's
+            # first (a step on part of the allocation, -r, -w, concurrent steps).
+            put("MASTER_ADDR", expand_first_host(env["SLURM_STEP_NODELIST"]), "first host of SLURM_STEP_NODELIST")
         elif env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"):
             first = expand_first_host(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"))
             put("MASTER_ADDR", first, "first host of SLURM_JOB_NODELIST")
@@ -121,7 +154,7 @@ def fill(env=None):
                   "launcher variable names the host of rank 0 (SM_HOSTS, SLURM_JOB_NODELIST): set MASTER_ADDR "
                   "(and MASTER_PORT) to it before init_process_group", file=sys.stderr)
     if "MASTER_ADDR" in env and "MASTER_PORT" not in env and launcher:
-        port, key = _job_port(env)
+        port, key = _job_port(env, launcher[0])
         put("MASTER_PORT", port, key if key else "torch's default")
     if "LOCAL_RANK" in env:
         put("SMDATAPARALLEL_LOCAL_RANK", env["LOCAL_RANK"], "LOCAL_RANK")

@@ -72,6 +72,42 @@ def test_mpirun_inside_slurm_follows_mpirun():
     assert (e["RANK"], e["WORLD_SIZE"]) == ("5", "8")
 
 
+def test_mpirun_inside_slurm_takes_its_port_from_its_own_job():
+    # Two mpiruns in one allocation (one node): each its own port, not the allocation's.
+    a = fill(dict(SLURM, **dict(OMPI, OMPI_COMM_WORLD_SIZE="4")))
+    b = fill(dict(SLURM, **dict(OMPI, OMPI_COMM_WORLD_SIZE="4", PMIX_NAMESPACE="prterun-h1-9999@1")))
+    assert a["MASTER_ADDR"] == b["MASTER_ADDR"] == "127.0.0.1"
+    assert a["MASTER_PORT"] != b["MASTER_PORT"]
+
+
+# srun with Slurm's pmi2 plugin (--mpi=pmi2, or MpiDefault=pmi2) sets PMI_RANK and PMI_SIZE but no
+# PMI local rank: the local numbering comes from Slurm, whose ranks these are.
+def test_srun_with_pmi2_takes_the_local_rank_from_slurm():
+    env = dict(SLURM, PMI_RANK="3", PMI_SIZE="4", SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_NODEID="1")
+    e = fill(env)
+    assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) == ("3", "4", "1", "2")
+    # mpiexec's own numbering (another rank than Slurm's) is not mixed with Slurm's.
+    e = fill(dict(SLURM, PMI_RANK="0", PMI_SIZE="2"))
+    assert "LOCAL_RANK" not in e
+
+
+# A step is not its allocation: `srun -N2 -n3 --ntasks-per-node=2` runs one task on the second
+# node (SLURM_NTASKS_PER_NODE is the requested most); `sbatch -N2 --ntasks-per-node=4` then
+# `srun -n4` spreads 2 and 2, whose ranks meet on the step's first host, not on 127.0.0.1; a
+# step on part of the allocation meets on its own first host; two steps take two ports.
+def test_a_slurm_step_counts_its_own_tasks_and_hosts():
+    step = dict(SLURM, SLURM_NTASKS="3", SLURM_PROCID="2", SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2",
+                SLURM_STEP_TASKS_PER_NODE="2,1", SLURM_NODEID="1", SLURM_STEP_ID="0")
+    assert fill(step)["LOCAL_WORLD_SIZE"] == "1"
+    spread = dict(SLURM, SLURM_NTASKS_PER_NODE="4", SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_NODEID="0",
+                  SLURM_STEP_NODELIST="trn[007-008]", SLURM_STEP_ID="0")
+    e = fill(spread)
+    assert (e["LOCAL_WORLD_SIZE"], e["MASTER_ADDR"]) == ("2", "trn007")
+    part = dict(SLURM, SLURM_JOB_NODELIST="trn[007-009]", SLURM_STEP_NODELIST="trn[008-009]", SLURM_STEP_ID="1")
+    assert fill(part)["MASTER_ADDR"] == "trn008"
+    assert fill(part)["MASTER_PORT"] != fill(dict(part, SLURM_STEP_ID="2"))["MASTER_PORT"]
+
+
 def test_nothing_the_user_set_is_changed():
     mine = {"RANK": "7", "WORLD_SIZE": "9", "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "1111", "LOCAL_RANK": "3"}
     e = fill(dict(OMPI, **mine))
