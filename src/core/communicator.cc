@@ -274,9 +274,19 @@ Work Communicator::alltoallv(const void* send, const std::vector<size_t>& send_c
   if (send_counts.size() != w || send_displs.size() != w || recv_counts.size() != w || recv_displs.size() != w)
     throw InvalidArgument("smddp: rank " + std::to_string(rank()) + ": alltoallv: counts and displacements need " +
                           std::to_string(w) + " entries each (one per rank)");
+  // A block's end, count + displacement: checked for wrapping first (a displacement near
+  // SIZE_MAX made a small end that passed, and the block was read before the buffer).
+  auto block_end = [&](size_t count, size_t displ, const char* which) {
+    size_t end = 0;
+    if (__builtin_add_overflow(count, displ, &end))
+      throw InvalidArgument("smddp: rank " + std::to_string(rank()) + ": alltoallv: " + which + " block of " +
+                            std::to_string(count) + " elements at displacement " + std::to_string(displ) +
+                            " overflows the addressable size");
+    return end;
+  };
   for (size_t j = 0; j < w; ++j) {
-    impl_->check_count(send_counts[j] + send_displs[j], 1, type, "alltoallv");
-    impl_->check_count(recv_counts[j] + recv_displs[j], 1, type, "alltoallv");
+    impl_->check_count(block_end(send_counts[j], send_displs[j], "a send"), 1, type, "alltoallv");
+    impl_->check_count(block_end(recv_counts[j], recv_displs[j], "a receive"), 1, type, "alltoallv");
     impl_->check_buffer(send, send_counts[j], "send", "alltoallv");
     impl_->check_buffer(recv, recv_counts[j], "recv", "alltoallv");
   }

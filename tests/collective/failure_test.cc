@@ -34,6 +34,11 @@ TEST(Failure, BadArgumentsGiveClearErrors) {
     expect_throw<InvalidArgument>(rep, "bad root", [&] { c.broadcast(&f, 1, DataType::f32, 2); }, "root 2 is outside");
     expect_throw<InvalidArgument>(rep, "overflow",
                                   [&] { c.allgather(&f, &f, SIZE_MAX / 2, DataType::f64); }, "overflows");
+    expect_throw<InvalidArgument>(rep, "alltoallv displacement that wraps",
+                                  [&] {
+                                    c.alltoallv(&f, {1, 1}, {0, SIZE_MAX}, &f, {1, 1}, {0, 0}, DataType::f32);
+                                  },
+                                  "alltoallv: a send block of 1 elements at displacement");
     expect_throw<InvalidArgument>(rep, "bad dtype",
                                   [&] { c.allreduce(&f, &f, 1, static_cast<DataType>(42), ReduceOp::sum); },
                                   "allreduce");
