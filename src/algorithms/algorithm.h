@@ -4,6 +4,7 @@
 // (never shm.arrive(): the device's work must land before the peers are told).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -108,6 +109,14 @@ inline std::string without_written_claim(std::string what) {
 inline std::byte* at(void* p, size_t elems, size_t es) { return static_cast<std::byte*>(p) + elems * es; }
 inline const std::byte* at(const void* p, size_t elems, size_t es) {
   return static_cast<const std::byte*>(p) + elems * es;
+}
+// Elements of an alltoall(v) buffer: up to the end of its furthest non-empty block (an empty
+// block's displacement need not lie inside the buffer).
+inline size_t alltoall_extent(const std::vector<size_t>& counts, const std::vector<size_t>& displs) {
+  size_t end = 0;
+  for (size_t i = 0; i < counts.size() && i < displs.size(); ++i)
+    if (counts[i] > 0) end = std::max(end, displs[i] + counts[i]);
+  return end;
 }
 // Elements of `dtype` that fit in one staging slot (divided among `parts` sub-blocks).
 inline size_t slot_elems(const Context& ctx, DataType t, int parts = 1) {

@@ -235,9 +235,7 @@ void alltoall_net_direct(Context& ctx, const CollArgs& a) {
   // block. The blocks to send are copied aside first.
   const void* send = a.send;
   if (a.send == a.recv) {
-    size_t extent = 0;
-    for (int j = 0; j < G; ++j)
-      extent = std::max(extent, a.send_displs[static_cast<size_t>(j)] + a.send_counts[static_cast<size_t>(j)]);
+    const size_t extent = alltoall_extent(a.send_counts, a.send_displs);
     std::byte* aside = scratch_buffer(ctx, 0, extent * es);
     ctx.dev.copy(aside, a.send, extent * es);
     send = aside;

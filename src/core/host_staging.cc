@@ -10,18 +10,6 @@ namespace smddp::detail {
 using algorithms::CollArgs;
 using algorithms::CollKind;
 
-namespace {
-
-// Elements of an alltoall(v) buffer: up to the end of its furthest block.
-size_t extent(const std::vector<size_t>& counts, const std::vector<size_t>& displs) {
-  size_t end = 0;
-  for (size_t i = 0; i < counts.size() && i < displs.size(); ++i)
-    if (counts[i] > 0) end = std::max(end, displs[i] + counts[i]);
-  return end;
-}
-
-}  // namespace
-
 BufferUse buffer_use(const CollArgs& a, int rank, int size) {
   const size_t es = dtype_size(a.dtype), one = a.count * es, all = one * static_cast<size_t>(size);
   const bool root = rank == a.root;
@@ -34,7 +22,8 @@ BufferUse buffer_use(const CollArgs& a, int rank, int size) {
     case CollKind::gather: return {one, all, true, root};
     case CollKind::scatter: return {all, one, root, true};
     case CollKind::alltoall:
-      return {extent(a.send_counts, a.send_displs) * es, extent(a.recv_counts, a.recv_displs) * es, true, true};
+      return {algorithms::alltoall_extent(a.send_counts, a.send_displs) * es,
+              algorithms::alltoall_extent(a.recv_counts, a.recv_displs) * es, true, true};
     case CollKind::barrier: return {};
   }
   return {};
