@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -65,6 +66,12 @@ struct Context {
   const std::function<void()>* watch = nullptr;
   ScratchPool* scratch = nullptr;  // buffers kept between collectives (scratch_pool.h)
   device::PeerWindows* windows = nullptr;  // the node's peers' memory, directly (single-copy algorithms)
+  // Across nodes: a network wait that failed calls it before the failure unwinds, and throws
+  // what it returns (the failure's cause). It makes the failure known to this node's ranks and
+  // to other nodes at once: the unwinding then cancels the transfers still posted, which may
+  // take a second (ofi::Endpoint::cancel), and a node-mate waiting for this rank gives it only
+  // half a second past its deadline to say why it is late (shm::Group::wait).
+  const std::function<std::exception_ptr(std::exception_ptr)>* publish_failure = nullptr;
   int rank() const { return shm.rank(); }
   int size() const { return shm.size(); }
   // Tells the peers this rank finished the round: what it copied or reduced is in memory first

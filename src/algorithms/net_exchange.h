@@ -20,7 +20,8 @@ namespace smddp::algorithms {
 
 class NetExchange {
  public:
-  explicit NetExchange(Context& ctx) : ep_(*ctx.net), dev_(ctx.dev), op_(ctx.op), watch_(ctx.watch) {}
+  explicit NetExchange(Context& ctx)
+      : ep_(*ctx.net), dev_(ctx.dev), op_(ctx.op), watch_(ctx.watch), publish_failure_(ctx.publish_failure) {}
   // Left with transfers pending only when the collective failed: they are cancelled, so nothing
   // arrives later in buffers the caller may free.
   ~NetExchange() {
@@ -54,9 +55,15 @@ class NetExchange {
   // before the algorithm; algorithms' own steps wrap below it.
   static constexpr uint32_t kAgreementStep = 0xFFE;
 
-  // Waits for everything posted so far (deadline: the operation's).
+  // Waits for everything posted so far (deadline: the operation's). A failure is published
+  // before this object's destructor cancels what is still posted (Context::publish_failure).
   void wait() {
-    for (auto& h : pending_) ep_.wait(h, op_, watch_);
+    try {
+      for (auto& h : pending_) ep_.wait(h, op_, watch_);
+    } catch (...) {
+      if (publish_failure_ && *publish_failure_) std::rethrow_exception((*publish_failure_)(std::current_exception()));
+      throw;
+    }
     pending_.clear();
   }
 
@@ -72,6 +79,7 @@ class NetExchange {
   device::Device& dev_;
   const OpInfo& op_;
   const std::function<void()>* watch_;
+  const std::function<std::exception_ptr(std::exception_ptr)>* publish_failure_;
   std::vector<ofi::Endpoint::Handle> pending_;
 };
 

@@ -356,6 +356,16 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   if (args.timeout.count() > 0) op.timeout = args.timeout;
   op.deadline = Clock::now() + op.timeout;
   shm_->publish_deadline(op.deadline);
+  // The failure's cause once a network wait published it (Context::publish_failure), before
+  // the unwinding cancelled this collective's transfers.
+  std::exception_ptr published;
+  const std::function<std::exception_ptr(std::exception_ptr)> publish = [&](std::exception_ptr failure) {
+    if (!published) {
+      published = cause_of_failure(op, std::move(failure));
+      fail(published);
+    }
+    return published;
+  };
   try {
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
     const std::function<void()> watch = [&] { watch_remote(op); };
@@ -369,7 +379,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     const size_t piece_elements = staged ? staging_piece_elements(args, size_, staging_piece_) : 0;
     algorithms::Context ctx{*shm_, staged ? device::host() : mem_dev, op, multi_node_ ? &topo_ : nullptr, net_.get(),
                             multi_node_ ? &watch : nullptr, scratch_.get(),
-                            windows_for(staged ? Memory{} : args.memory)};
+                            windows_for(staged ? Memory{} : args.memory), multi_node_ ? &publish : nullptr};
     // Before any round: the fence of the first arrive() (or the staging's) then also waits for
     // the caller's work, so no peer reads this rank's buffers before they are written.
     if (args.ready) device::cuda_wait(mem_dev, args.ready.get());
@@ -400,9 +410,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     scratch_->trim(kScratchKeep);
   } catch (...) {
     drain_after_failure(args.memory);
-    const std::exception_ptr cause = cause_of_failure(op, std::current_exception());
-    fail(cause);
-    std::rethrow_exception(cause);
+    std::rethrow_exception(publish(std::current_exception()));
   }
 }
 
