@@ -111,14 +111,21 @@ void close_windows(Context& ctx) {
 }
 
 const void* view_peer(Context& ctx, const device::PeerBuffer& b, size_t offset, size_t bytes, std::byte* scratch) {
-  if (b.mapped) return b.mapped + offset;
+  if (b.mapped) {
+    device::check_within(b, offset, bytes, ctx.op);
+    return b.mapped + offset;
+  }
   ctx.windows->read(b, offset, scratch, bytes, ctx.op);
   return scratch;
 }
 
 void fetch_peer(Context& ctx, const device::PeerBuffer& b, size_t offset, void* dst, size_t bytes) {
-  if (b.mapped) ctx.dev.copy(dst, b.mapped + offset, bytes);
-  else ctx.windows->read(b, offset, dst, bytes, ctx.op);
+  if (b.mapped) {
+    device::check_within(b, offset, bytes, ctx.op);
+    ctx.dev.copy(dst, b.mapped + offset, bytes);
+  } else {
+    ctx.windows->read(b, offset, dst, bytes, ctx.op);
+  }
 }
 
 }  // namespace smddp::algorithms

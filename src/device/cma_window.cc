@@ -65,10 +65,7 @@ class CmaWindows final : public PeerWindows {
 
   void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) override {
     const int pid = pid_of_(b.peer);
-    if (offset > b.bytes || bytes > b.bytes - offset)
-      throw InvalidArgument("smddp: " + op.describe() + ": read of " + std::to_string(bytes) + " bytes at offset " +
-                            std::to_string(offset) + " past the " + std::to_string(b.bytes) +
-                            " bytes local rank " + std::to_string(b.peer) + " exposed");
+    check_within(b, offset, bytes, op);
     auto* to = static_cast<std::byte*>(dst);
     uint64_t from = b.remote + offset;
     while (bytes > 0) {

@@ -41,6 +41,15 @@ struct PeerBuffer {
   const std::byte* mapped = nullptr;  // non-null: readable in place here (by this rank's Device)
 };
 
+// Refuses a read of [offset, offset + bytes) past what the peer exposed: ranks that disagree on
+// sizes (SMDDP_CHECK_CONSISTENCY=0) would otherwise read another buffer's bytes, or fault.
+inline void check_within(const PeerBuffer& b, size_t offset, size_t bytes, const OpInfo& op) {
+  if (offset <= b.bytes && bytes <= b.bytes - offset) return;
+  throw InvalidArgument("smddp: " + op.describe() + ": read of " + std::to_string(bytes) + " bytes at offset " +
+                        std::to_string(offset) + " past the " + std::to_string(b.bytes) + " bytes local rank " +
+                        std::to_string(b.peer) + " exposed");
+}
+
 class PeerWindows {
  public:
   // What a peer needs to open one exposed buffer (an IPC handle is 64 bytes; room for more).

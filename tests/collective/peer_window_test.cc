@@ -299,5 +299,35 @@ TEST(PeerWindowCma, ReadPastTheExposedBytesIsRefused) {
   }
 }
 
+// A mapped window (CUDA IPC's shape) refuses a read past what the peer exposed, as CMA does:
+// an allgather whose ranks disagree on the count (the consistency check off) read another
+// buffer's bytes of the peer's arena, or faulted past it. The rank with the larger count is
+// refused, naming the sizes; its peer, which read less than it was given, then loses it.
+TEST(PeerWindowMapped, ReadPastTheExposedBytesIsRefused) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    MappedWindows win(64 << 20);
+    shm::Group g(*store, rank, w, small_slots(), std::chrono::seconds(20));
+    algorithms::ScratchPool scratch;
+    const size_t count = rank == 1 ? 2048 : 1024;
+    float* in = win.alloc<float>(count);
+    float* out = win.alloc<float>(count * 2);
+    OpInfo op = op_for("allgather", rank, w);
+    algorithms::Context ctx{g, device::host(), op, nullptr, nullptr, nullptr, &scratch, &win};
+    CollArgs a;
+    a.kind = CollKind::allgather, a.send = in, a.recv = out, a.count = count;
+    if (rank == 1)
+      expect_throw<InvalidArgument>(rep, "allgather of 2048 floats against 1024",
+                                    [&] { algorithms::find(CollKind::allgather, "window").run(ctx, a); },
+                                    "read of 8192 bytes at offset 0 past the 4096 bytes local rank 0 exposed");
+    else
+      try {
+        algorithms::find(CollKind::allgather, "window").run(ctx, a);
+        rep.fail("rank 0 finished the allgather although rank 1 failed in it");
+      } catch (const PeerError&) {
+      }
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 }  // namespace
 }  // namespace smddp::testing
