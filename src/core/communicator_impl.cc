@@ -251,8 +251,12 @@ void CommunicatorImpl::fail(const std::exception_ptr& e) {
     // The other ranks read the reason without this rank's claim about its outputs: theirs may
     // be written (written_claim).
     abort_everywhere(algorithms::without_written_claim(ex.what()), /*mismatch=*/true);
-  } catch (const InvalidArgument&) {
-    // Detected before any data moved on every rank alike: the communicator stays usable.
+  } catch (const InvalidArgument& ex) {
+    // Detected before any data moved, on every rank alike: the communicator stays usable. Found
+    // by one rank inside its algorithm (a read past what a peer exposed, its sizes differing
+    // with the consistency check off), the peers are mid-collective: stop the group, or they
+    // wait for this rank until their timeout.
+    if (moving_data_) abort_everywhere(ex.what());
   } catch (const std::exception& ex) {
     abort_everywhere(ex.what());
   }

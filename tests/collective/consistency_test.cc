@@ -9,6 +9,7 @@
 #include <ostream>
 #include <tuple>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective/harness.h"
@@ -432,6 +433,40 @@ TEST(ConsistencyOff, MismatchGoesUnnoticedWithTheCheckOff) {
     c.allreduce(v.data(), out.data(), 16, DataType::f32, rank == 1 ? ReduceOp::max : ReduceOp::sum).wait();
     c.allreduce(v.data(), out.data(), 16, DataType::f32, ReduceOp::sum).wait();
     if (out[0] != 3.0f) rep.fail("agreeing allreduce after it gave " + std::to_string(out[0]));
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// With the check off, ranks whose allgather counts differ run a single-copy algorithm that
+// reads past what a peer exposed: the reading rank is refused (an InvalidArgument, raised inside
+// the algorithm), and it stops the group, so its peer, waiting for it in the closing round, fails
+// at once. It waited for its whole timeout: an InvalidArgument kept the communicator usable, as
+// one found before any data moved does, on every rank alike.
+TEST(ConsistencyOff, ARankRefusedMidAlgorithmStopsItsPeersAtOnce) {
+  RunOptions ro;
+  ro.env = {{"SMDDP_CHECK_CONSISTENCY", "0"}};
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.algorithms = "allgather:window";
+    o.timeout = std::chrono::seconds(20);
+    Communicator c(store, rank, w, o);
+    const size_t count = rank == 1 ? 4096 : 2048;
+    std::vector<float> in(count, 1.0f), out(count * 2);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      c.allgather(in.data(), out.data(), count, DataType::f32).wait();
+      if (rank == 1) rep.fail("rank 1 read 4096 floats from a peer that exposed 2048");
+      } catch (const Error& e) {
+      const std::string m = e.what();
+      if (rank == 1 && m.find("past the 8192 bytes local rank 0 exposed") == std::string::npos)
+        rep.fail("rank 1's error does not name the read past rank 0's buffer: " + m);
+    }
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (took > std::chrono::seconds(5))
+      rep.fail("the allgather ended after " + std::to_string(took.count() / 1000000) + " ms (timeout: 20 s)");
+    // Rank 1 lives on with its communicator, as a program that catches the error does: its
+    // leaving would tell rank 0 by itself.
+    if (rank == 1) std::this_thread::sleep_for(8s);
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
 }
