@@ -133,6 +133,19 @@ TEST(Failure, SharedMemorySizesOutOfRangeAreRejectedAtConstruction) {
   }
 }
 
+// A malformed SMDDP_CUDA_SMS fails construction, as the other settings do, rather than the first
+// collective on a CUDA tensor (whose device is made then): there one rank's bad setting left its
+// peers waiting for it, and every later call made another CUDA stream before it threw.
+TEST(Failure, MalformedCudaSettingIsRejectedAtConstruction) {
+  RunOptions ro;
+  ro.env = {{"SMDDP_CUDA_SMS", "eight"}};
+  auto res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    expect_throw<InvalidArgument>(rep, "SMDDP_CUDA_SMS=eight", [&] { Communicator c(store, rank, w, Options{}); },
+                                  "SMDDP_CUDA_SMS='eight' is not an integer");
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 #ifndef SMDDP_HAVE_LIBFABRIC
 // A build without libfabric (SMDDP_WITH_LIBFABRIC=OFF, or no libfabric-dev) runs within one node
 // and says so, on every rank, when the ranks span nodes.

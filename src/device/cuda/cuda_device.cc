@@ -34,7 +34,6 @@ class CudaDevice final : public cuda::StreamDevice {
  public:
   explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
     cuda::DeviceScope on(ordinal);  // the stream is made on its GPU; the caller keeps its own
-    cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     int sms = 0;
     cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
     max_blocks_ = static_cast<int>(std::clamp<int64_t>(config::get_int("SMDDP_CUDA_SMS"), 1, sms));
@@ -42,6 +41,9 @@ class CudaDevice final : public cuda::StreamDevice {
     int pitch = 0;
     cuda::check(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, ordinal), "cudaDeviceGetAttribute");
     max_pitch_ = static_cast<size_t>(pitch);
+    // Last: whatever throws above (a malformed SMDDP_CUDA_SMS) must not leak a stream, since no
+    // destructor runs for a constructor that threw, and a communicator tries again per call.
+    cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     SMDDP_LOG(INFO, -1) << "cuda device " << ordinal << ": reduction kernels launch with at most " << max_blocks_
                         << " of its " << sms << " SMs (SMDDP_CUDA_SMS), "
                         << (vector_reduce_ ? "16 bytes" : "one element") << " per load (SMDDP_CUDA_VECTOR_REDUCE)";
