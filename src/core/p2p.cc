@@ -54,12 +54,22 @@ void Recv::check_sender(shm::Group& g, const OpInfo& op) const {
   }
 }
 
+// Whether the unresolved receive from any rank posted before this one may take `peer`'s next
+// message: unless that message is here, unclaimed, and opens under another tag, it may.
+static bool any_may_take(shm::Group& g, int peer) {
+  Header h{};
+  if (g.fifo_claimed(false, peer) || g.fifo_available(peer) < sizeof h) return true;
+  g.fifo_peek(peer, &h, sizeof h);
+  return opens_message(h, g.open_any_tag());
+}
+
 bool Recv::poll(shm::Group& g, const OpInfo& op) {
   g.throw_if_aborted(op);
   if (!claimed_) {
-    // An earlier receive from this peer, or from any rank (which may take this peer's next
-    // message), comes first.
-    if (g.any_open_before(op.seq) || !g.claim_fifo(false, peer_, this)) {
+    // An earlier receive from this peer, or from any rank that may take this peer's next
+    // message, comes first. One that cannot (its tag is another's) does not hold this one up,
+    // as it does not in MPI or gloo.
+    if ((g.any_open_before(op.seq) && any_may_take(g, peer_)) || !g.claim_fifo(false, peer_, this)) {
       check_sender(g, op);
       return false;
     }
@@ -102,7 +112,7 @@ bool RecvAny::poll(shm::Group& g, const OpInfo& op) {
       return false;
     }
     if (!open_in_) {
-      g.open_any(op.seq);
+      g.open_any(op.seq, tag_);
       open_in_ = &g;
       seq_ = op.seq;
     }

@@ -127,7 +127,7 @@ class NetOrLocalAnySource {
     if (!h_) {
       if (!order_.open_any()) return wait_.still_waiting(ep_, h_, op);  // behind another receive from any rank
       // The receives from this node's ranks issued after this one wait too (Group::open_any).
-      g.open_any(op.seq);
+      g.open_any(op.seq, tag_);
       open_in_ = &g;
       seq_ = op.seq;
       h_ = ep_.recv_any(buf_, bytes_, tag_);

@@ -278,6 +278,42 @@ TEST(P2P, ReceiveFromAnyTakesItsMessageBeforeALaterReceiveFromTheSameRank) {
   any_source_before_a_later_receive({});
 }
 
+// A receive issued after an unresolved receive from any rank takes its peer's message when that
+// message opens under another tag than the earlier receive's, which can never take it: rank 0
+// waits for rank 1's tag-7 message behind a receive from any rank of tag 5, which rank 2 sends
+// only once rank 0 has it. Inside a node every later receive waited, until the timeout.
+TEST(P2P, ALaterReceiveTakesAMessageTheEarlierReceiveFromAnyCannot) {
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = std::chrono::seconds(20);
+    Communicator c(store, rank, w, o);
+    int32_t a = -1, b = -1, go = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      if (rank == 0) {
+        Work any = c.recv_any(&a, 1, DataType::i32, 5);
+        c.recv(&b, 1, DataType::i32, 1, 7).wait();
+        c.send(&go, 1, DataType::i32, 2, 9).wait();
+        any.wait();
+        if (a != 300 || any.source() != 2 || b != 100)
+          rep.fail("recv_any got " + std::to_string(a) + " from " + std::to_string(any.source()) +
+                   ", the receive from rank 1 " + std::to_string(b));
+      } else if (rank == 1) {
+        b = 100;
+        c.send(&b, 1, DataType::i32, 0, 7).wait();
+      } else {
+        c.recv(&go, 1, DataType::i32, 0, 9).wait();
+        a = 300;
+        c.send(&a, 1, DataType::i32, 0, 5).wait();
+      }
+    } catch (const Error& e) {
+      rep.fail(e.what());
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) rep.fail("it took until the timeout");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // A dead peer is named at once whatever the operations ahead of its receive wait for: rank 0
 // waits on a receive from rank 1 (alive, sending nothing until told) and one from rank 2, which
 // is killed. Liveness checks were throttled for the whole group, and the first operation took

@@ -110,14 +110,20 @@ class Group {
   void release_fifo(bool outgoing, int peer, const void* who);
   bool fifo_claimed(bool outgoing, int peer) const;
   // Receives from any rank (op numbers `seq`, OpInfo::seq) resolve one at a time, in issue order,
-  // and a receive issued after an unresolved one may not claim a FIFO: it could take the message
-  // the earlier one is owed (as PairOrder holds receives back across nodes). Engine thread only.
-  void open_any(uint64_t seq) { open_any_seq_ = seq; }
+  // and a receive issued after an unresolved one may not claim a FIFO whose next message the
+  // earlier one may take (it is not here yet, or opens under the earlier one's tag): it would
+  // take the message the earlier one is owed. (Across nodes PairOrder holds every later receive
+  // back, the messages unseen until received.) Engine thread only.
+  void open_any(uint64_t seq, uint32_t tag) {
+    open_any_seq_ = seq;
+    open_any_tag_ = tag;
+  }
   void close_any(uint64_t seq) {
     if (open_any_seq_ == seq) open_any_seq_ = 0;
   }
   // Whether a receive from any rank issued before op `seq` is unresolved.
   bool any_open_before(uint64_t seq) const { return open_any_seq_ != 0 && open_any_seq_ < seq; }
+  uint32_t open_any_tag() const { return open_any_tag_; }  // its tag, while any_open_before
   // Throws if the communicator was aborted, the peer is gone, or the deadline passed. peer < 0:
   // the rank is not known yet (a receive from any rank) or on another node: the error names
   // op.peer where it is known.
@@ -185,6 +191,7 @@ class Group {
   std::function<void(const std::vector<Fingerprint>&)> on_disagreement_;
   std::vector<int> global_;
   uint64_t open_any_seq_ = 0;  // the unresolved receive from any rank (0: none)
+  uint32_t open_any_tag_ = 0;
   // [peer + 1]: when check_progress next looks for that peer's loss (index 0: a receive from any
   // rank). Per peer: one clock for the group let the first operation polled take every check.
   std::vector<Clock::time_point> next_liveness_check_;
