@@ -24,12 +24,16 @@ for r in $(seq "$rounds"); do
   for check in 1 0; do
     for size in "-b 8 -e 8 -w 200 -n 2000" "-b 4M -e 4M -w 3 -n 20"; do
       store=$(mktemp -d -p "$work")
+      pids=()
       for ((k = 0; k < world; k++)); do
         h=$((k / per_host))
         tools/netns exec "$id" $h -- env RANK=$k WORLD_SIZE=$world SMDDP_NODE_ID=host$h SMDDP_PERF_STORE="$store" \
           SMDDP_CHECK_CONSISTENCY=$check FI_TCP_IFACE=eth0 $perf -c "$coll" $size >"$store/out$k" 2>&1 &
+        pids+=($!)
       done
-      wait
+      for ((k = 0; k < world; k++)); do  # a rank that failed, or found #wrong, ends the measurement
+        wait "${pids[$k]}" || { echo "consistency_cost_hosts: rank $k failed:" >&2; tail -20 "$store/out$k" >&2; exit 1; }
+      done
       awk -v c=$check '/^ +[0-9]/ { print c, $1, $6 }' "$store/out0" >>"$work/times"
     done
   done

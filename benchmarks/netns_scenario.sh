@@ -29,12 +29,16 @@ store=$(mktemp -d)
 logs=$(mktemp -d)
 trap 'tools/netns down $id; rm -rf "$store" "$logs"' EXIT
 world=$((2 * per_host))
+pids=()
 for ((r = 0; r < world; r++)); do
   h=$((r / per_host))
   tools/netns exec "$id" $h -- env RANK=$r WORLD_SIZE=$world SMDDP_NODE_ID=host$h SMDDP_PERF_STORE="$store" \
     FI_TCP_IFACE=eth0 $perf -c "$coll" ${algo:+-a $algo} -w 2 -n 5 $sizes >"$logs/$r" 2>&1 &
+  pids+=($!)
 done
-wait
+failed=()  # a rank that failed (or found #wrong) fails the scenario, its log shown
+for ((r = 0; r < world; r++)); do wait "${pids[$r]}" || failed+=($r); done
+for r in "${failed[@]}"; do echo "netns_scenario: rank $r failed:" >&2; tail -20 "$logs/$r" >&2; done
 {
   echo "# 2 namespace hosts x $per_host ranks, $coll over libfabric (link: ${rate:-unshaped})"
   echo
@@ -53,3 +57,4 @@ wait
   echo "that over the time is the link rate it achieved:"
   awk -v f="$factor" '/^ +[0-9]/ { printf "  %10d B: %.3f GB/s over the link\n", $1, f * $1 / $6 / 1e3 }' "$logs/0"
 } | tee ${out:-/dev/null}
+[ ${#failed[@]} -eq 0 ]

@@ -124,6 +124,12 @@ Args parse(int argc, char** argv) {
 double value(int r, size_t i) { return static_cast<double>((r * 3 + i) % 7) - 3; }
 
 void put(void* p, size_t i, DataType t, double v);
+
+// The CPUs this process may run on (a container's or a job's cpuset); ranks it forks inherit them.
+int usable_cpus() {
+  cpu_set_t usable;
+  return sched_getaffinity(0, sizeof usable, &usable) == 0 ? CPU_COUNT(&usable) : 1;
+}
 double get(const void* p, size_t i, DataType t);
 
 struct Shape {
@@ -259,12 +265,14 @@ int run_rank(const Args& a, int rank, int world, std::shared_ptr<Store> store) {
                         : a.coll == "allgather" ? algorithms::CollKind::allgather
                         : a.coll == "reduce_scatter" ? algorithms::CollKind::reduce_scatter
                         : a.coll == "broadcast" ? algorithms::CollKind::broadcast : algorithms::CollKind::alltoall;
-      // The selector's choice for one node; across nodes (SMDDP_NODE_ID differs) it depends on the
-      // topology, which SMDDP_DEBUG=TRACE logs per collective.
+      // The selector's choice for ranks this program forked (-np) on one node: the communicator
+      // asks it with own_cpus when the ranks have a CPU each (algorithm_for), and forked ranks
+      // share this process's CPUs. A launcher's ranks (bound to cores, maybe) and ranks across
+      // nodes (SMDDP_NODE_ID) depend on the topology, which SMDDP_DEBUG=TRACE logs per collective.
       const char* algo = !a.algo.empty() ? a.algo.c_str()
-                         : std::getenv("SMDDP_NODE_ID")
+                         : std::getenv("SMDDP_NODE_ID") || a.np == 0
                              ? "per-topology"
-                             : algorithms::select(kind, bytes, world, {}, nullptr, a.cuda).name;
+                             : algorithms::select(kind, bytes, world, {}, nullptr, a.cuda, world <= usable_cpus()).name;
       std::printf(" %12zu %12zu %6s %6s %6d %12.3f %10.3f %10.3f %7ld  %-12s %.0f\n", bytes, s.count,
                   to_string(a.dtype), a.coll == "allreduce" || a.coll == "reduce_scatter" ? to_string(a.op) : "none",
                   a.coll == "broadcast" ? 0 : -1, t_max, algbw, algbw * s.bus_factor, wrong, algo, c2c);
@@ -289,9 +297,7 @@ int env_int(const char* a, const char* b, int def) {
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   if (a.np > 0) {
-    cpu_set_t usable;  // one per CPU this job may run on (a container's or a job's cpuset)
-    const int cpus = sched_getaffinity(0, sizeof usable, &usable) == 0 ? CPU_COUNT(&usable) : 1;
-    bench::BusyProcesses hogs(a.hog ? cpus : 0);
+    bench::BusyProcesses hogs(a.hog ? usable_cpus() : 0);
     return bench::run_forked_ranks(a.np, "smddp-perf", [&](int rank, const std::string& dir) {
       return run_rank(a, rank, a.np, std::make_shared<FileStore>(dir + "/store"));
     });
