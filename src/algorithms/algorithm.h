@@ -72,6 +72,9 @@ struct Context {
   // take a second (ofi::Endpoint::cancel), and a node-mate waiting for this rank gives it only
   // half a second past its deadline to say why it is late (shm::Group::wait).
   const std::function<std::exception_ptr(std::exception_ptr)>* publish_failure = nullptr;
+  // When a failed collective stops waiting for libfabric to report its cancelled transfers: set
+  // by the first NetExchange that cancels (1 s on), so that all of them together wait 1 s at most.
+  std::chrono::steady_clock::time_point cancels_give_up{};
   int rank() const { return shm.rank(); }
   int size() const { return shm.size(); }
   // Tells the peers this rank finished the round: what it copied or reduced is in memory first

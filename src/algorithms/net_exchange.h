@@ -21,13 +21,16 @@ namespace smddp::algorithms {
 class NetExchange {
  public:
   explicit NetExchange(Context& ctx)
-      : ep_(*ctx.net), dev_(ctx.dev), op_(ctx.op), watch_(ctx.watch), publish_failure_(ctx.publish_failure) {}
+      : ep_(*ctx.net), dev_(ctx.dev), op_(ctx.op), watch_(ctx.watch), publish_failure_(ctx.publish_failure),
+        give_up_(ctx.cancels_give_up) {}
   // Left with transfers pending only when the collective failed: they are cancelled, so nothing
   // arrives later in buffers the caller may free.
   ~NetExchange() {
     if (pending_.empty()) return;
     try {
-      ep_.cancel(pending_);
+      if (give_up_ == std::chrono::steady_clock::time_point{})
+        give_up_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      ep_.cancel(pending_, give_up_);
     } catch (...) {  // a destructor must not throw; the collective's own error is on its way
     }
   }
@@ -80,6 +83,7 @@ class NetExchange {
   const OpInfo& op_;
   const std::function<void()>* watch_;
   const std::function<std::exception_ptr(std::exception_ptr)>* publish_failure_;
+  std::chrono::steady_clock::time_point& give_up_;  // Context::cancels_give_up
   std::vector<ofi::Endpoint::Handle> pending_;
 };
 

@@ -717,9 +717,9 @@ bool Endpoint::test(const Handle& h) {
   return h->done();
 }
 
-void Endpoint::cancel(const Handle& h) { cancel(std::vector<Handle>{h}); }
+void Endpoint::cancel(const Handle& h) { cancel(std::vector<Handle>{h}, Clock::now() + std::chrono::seconds(1)); }
 
-void Endpoint::cancel(const std::vector<Handle>& hs) {
+void Endpoint::cancel(const std::vector<Handle>& hs, Clock::time_point give_up) {
   std::lock_guard<std::mutex> g(impl_->mu);
   std::vector<Request*> out;
   for (const Handle& h : hs) {
@@ -739,17 +739,18 @@ void Endpoint::cancel(const std::vector<Handle>& hs) {
   // (done, or an FI_ECANCELED error entry), as withdraw() does. Bounded, once for all of them:
   // over a link that went down a matched operation never reports, and the error the caller is
   // about to raise must not wait for it long; that is said, since its buffer may be written if
-  // the link comes back while the endpoint lives.
-  const auto give_up = Clock::now() + std::chrono::seconds(1);
+  // the link comes back while the endpoint lives. Between reads it sleeps a little: ranks that
+  // failed together must not spin each other off the cores they need to say why.
   auto unreported = [&] {
     size_t n = 0;
     for (const Request* r : out) n += r->posted - r->completed - r->failed;
     return n;
   };
-  while (unreported() > 0 && Clock::now() <= give_up) impl_->drive();
+  for (impl_->drive(); unreported() > 0 && Clock::now() < give_up; impl_->drive())
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   if (const size_t n = unreported(); n > 0) {
     SMDDP_LOG(WARN, impl_->rank) << "libfabric (" << impl_->provider << ") did not report " << n
-                                 << " cancelled operation(s) within 1 s; their buffers may still be written";
+                                 << " cancelled operation(s) in time; their buffers may still be written";
   }
   impl_->drive();  // forgets the requests that have all reported
 }

@@ -93,8 +93,9 @@ class Endpoint {
   // the caller may free. At most 1 s (an operation cut by a link that went down never reports:
   // a warning says so). Harmless on a finished request.
   void cancel(const Handle& h);
-  // The same for several requests, waiting for all of them at once.
-  void cancel(const std::vector<Handle>& hs);
+  // The same for several requests, waiting for all of them at once, until `give_up` at most (a
+  // failed collective's transfers share one: Context::cancels_give_up).
+  void cancel(const std::vector<Handle>& hs, std::chrono::steady_clock::time_point give_up);
   // Reads completions and posts what waits to be posted, for every request (errors stay with
   // their requests). For callers busy elsewhere, e.g. a shared-memory wait.
   void progress();
