@@ -145,8 +145,27 @@ Topology discover(Store& store, int rank, int size, std::chrono::milliseconds ti
   t.node_of.resize(static_cast<size_t>(size));
   std::vector<std::string> kernel_of(static_cast<size_t>(size)), cpus_of(static_cast<size_t>(size));
   std::map<std::string, int> index;
+  // Every rank's record within one timeout, not one per rank; the ranks that never wrote theirs
+  // are named (a store's own timeout names a key, and torch's store raises its own error).
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back("topo/node/" + std::to_string(r));
+  try {
+    store.wait(keys, timeout);
+  } catch (const std::exception&) {
+    std::vector<int> missing;  // (a store that fails here too raises its own error)
+    for (int r = 0; r < size; ++r)
+      if (!store.check(keys[static_cast<size_t>(r)])) missing.push_back(r);
+    if (missing.empty()) throw;
+    std::string names;
+    for (int r : missing) names += (names.empty() ? "" : ", ") + std::to_string(r);
+    throw TimeoutError("smddp: rank " + std::to_string(rank) + " of " + std::to_string(size) + ": timeout after " +
+                           std::to_string(timeout.count()) + " ms at construction: rank" +
+                           (missing.size() > 1 ? "s " : " ") + names +
+                           " did not join (made no communicator of this name from the same store)",
+                       missing);
+  }
   for (int r = 0; r < size; ++r) {
-    auto v = store.get("topo/node/" + std::to_string(r), timeout);
+    auto v = store.get(keys[static_cast<size_t>(r)], timeout);
     const std::string record(v.begin(), v.end());
     const size_t a = record.find(' '), b = a == std::string::npos ? a : record.find(' ', a + 1);
     if (b == std::string::npos)

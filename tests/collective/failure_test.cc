@@ -133,6 +133,30 @@ TEST(Failure, SharedMemorySizesOutOfRangeAreRejectedAtConstruction) {
   }
 }
 
+// A rank that never makes its communicator is named by the others' constructors, within one
+// timeout: the error was the store's ("FileStore wait timed out ... for keys: <prefix>topo/node/2",
+// no missing_ranks(); torch's store raised a c10 error, not an smddp one), and each missing
+// rank's record was waited for with a whole timeout of its own.
+TEST(Failure, MissingRankAtConstructionTimesOutNamingIt) {
+  auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    if (rank >= 2) return;  // ranks 2 and 3 never join
+    Options o;
+    o.timeout = std::chrono::seconds(2);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      Communicator c(store, rank, w, o);
+      rep.fail("a communicator was made without ranks 2 and 3");
+    } catch (const TimeoutError& e) {
+      if (e.missing_ranks() != std::vector<int>{2, 3} || std::string(e.what()).find("ranks 2, 3 did not join") == std::string::npos)
+        rep.fail(std::string("the error does not name ranks 2 and 3: ") + e.what());
+    } catch (const Error& e) {
+      rep.fail(std::string("not a TimeoutError: ") + e.what());
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(3500)) rep.fail("it took more than one timeout");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // A malformed SMDDP_CUDA_SMS fails construction, as the other settings do, rather than the first
 // collective on a CUDA tensor (whose device is made then): there one rank's bad setting left its
 // peers waiting for it, and every later call made another CUDA stream before it threw.
