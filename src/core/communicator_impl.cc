@@ -102,6 +102,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   algorithms::host_window_mode();  // and SMDDP_HOST_WINDOW
   reduce::isa();                   // and SMDDP_REDUCE_ISA
   config::get_int("SMDDP_CUDA_SMS");  // and the CUDA device's, read when a CUDA tensor first comes
+  config::get_bool("SMDDP_CUDA_VECTOR_REDUCE");
   if (staging_piece_ > 0 && staging_piece_ < kMinStagingPiece)  // and a piece too small to pay its rounds
     throw InvalidArgument("smddp: SMDDP_CUDA_STAGING_PIECE=" + config::get_string("SMDDP_CUDA_STAGING_PIECE") +
                           " is below 64k (each piece is a collective of its own); 0 stages whole buffers");

@@ -84,7 +84,11 @@ int64_t get_int(const char* name) {
 bool get_bool(const char* name) {
   std::string s = get_string(name);
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s == "1" || s == "true" || s == "yes" || s == "on";
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s.empty() || s == "0" || s == "false" || s == "no" || s == "off") return false;
+  // Anything else read as false: SMDDP_CHECK_CONSISTENCY=enable turned the check off.
+  throw InvalidArgument(std::string("smddp: ") + name + "='" + get_string(name) +
+                        "' is not a boolean (1, true, yes, on; 0, false, no, off)");
 }
 
 }  // namespace smddp::config

@@ -57,6 +57,20 @@ TEST(Config, ParsesSizesAndBooleans) {
   EXPECT_FALSE(smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY"));
   setenv("SMDDP_CHECK_CONSISTENCY", "yes", 1);
   EXPECT_TRUE(smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY"));
+  // A word it does not know is an error naming it, not false (=enable turned the check off).
+  for (const char* bad : {"enable", "2", "y", "disabled"}) {
+    setenv("SMDDP_CHECK_CONSISTENCY", bad, 1);
+    try {
+      smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const smddp::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("SMDDP_CHECK_CONSISTENCY='") + bad + "' is not a boolean"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  setenv("SMDDP_CHECK_CONSISTENCY", "OFF", 1);
+  EXPECT_FALSE(smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY"));
   unsetenv("SMDDP_CHECK_CONSISTENCY");
   EXPECT_TRUE(smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY"));  // on by default
   EXPECT_THROW(smddp::config::get_string("SMDDP_NOT_A_PARAM"), std::logic_error);
