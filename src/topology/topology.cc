@@ -1,6 +1,7 @@
 #include "topology/topology.h"
 
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,12 +50,23 @@ std::vector<int> own_cpus() {
   return out;
 }
 
+// Which /dev/shm this process sees: containers on one kernel with the host's name (docker's
+// --network=host, a pod's hostNetwork, as EFA setups run) may each have one of their own, and
+// ranks that do not see one /dev/shm cannot share memory. A bind mount of the same one (docker's
+// --ipc=host) keeps the underlying device and inode.
+std::string dev_shm_id() {
+  struct stat st {};
+  if (::stat("/dev/shm", &st) != 0) return "none";
+  return std::to_string(static_cast<unsigned long long>(st.st_dev)) + "." +
+         std::to_string(static_cast<unsigned long long>(st.st_ino));
+}
+
 }  // namespace
 
 std::string local_node_key() {
   std::string forced = config::get_string("SMDDP_NODE_ID");
   if (!forced.empty()) return "id:" + forced;
-  return host_name() + ":" + boot_id();
+  return host_name() + ":" + boot_id() + ":" + dev_shm_id();
 }
 
 std::string cpu_ranges(const std::vector<int>& cpus) {

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <sched.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "collective/harness.h"
 #include "topology/topology.h"
@@ -145,6 +148,32 @@ TEST(Topology, SameMachineIsOneNode) {
   auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     auto t = topology::discover(*store, rank, w, std::chrono::seconds(30));
     if (t.num_nodes() != 1 || t.local_size() != 3) rep.fail(t.describe());
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// A rank that sees another /dev/shm than its peers on the same kernel and host name (a container
+// of its own on the host's network) is on another node: it cannot share memory with them. They
+// were one node, and the rank that could not open the node's segment failed after the timeout.
+TEST(Topology, ARankWithADevShmOfItsOwnIsAnotherNode) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to mount a /dev/shm of its own in a private mount namespace";
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    if (rank == 2 && (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+                      ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=64m") != 0))
+      return rep.fail(std::string("no private /dev/shm: ") + std::strerror(errno));
+    auto t = topology::discover(*store, rank, w, std::chrono::seconds(30));
+    const size_t want_local = rank == 2 ? 1 : 2;
+    if (t.num_nodes() != 2 || static_cast<size_t>(t.local_size()) != want_local) rep.fail(t.describe());
+#ifdef SMDDP_HAVE_LIBFABRIC
+    // And a communicator of them runs, across its two "nodes".
+    Options o;
+    o.name = "own-dev-shm";
+    o.timeout = std::chrono::seconds(60);
+    Communicator c(store, rank, w, o);
+    float f = static_cast<float>(rank + 1);
+    c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+    if (f != 6.0f) rep.fail("allreduce gave " + std::to_string(f));
+#endif
   });
   ASSERT_TRUE(res.ok()) << res.summary();
 }
