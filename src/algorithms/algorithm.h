@@ -96,6 +96,12 @@ struct Algorithm {
   AlgoFn run;
   Scope scope = Scope::node;
   bool even_nodes = false;  // needs the same number of ranks on every node (the hierarchical ones)
+  // A setting its rounds and messages depend on, which every rank must share: its value is
+  // compared with the collective's arguments (core/fingerprint.cc), since ranks that cut a
+  // collective differently could still meet in the same number of rounds and combine the wrong
+  // pieces. Null: none.
+  const char* setting = nullptr;
+  size_t (*setting_value)() = nullptr;
 };
 
 // How a disagreement's message ends: nothing written, on a rank that found it (or heard of it)

@@ -25,6 +25,7 @@ void allreduce_hier(Context&, const CollArgs&);
 void allreduce_hier_small(Context&, const CollArgs&);
 void allgather_hier(Context&, const CollArgs&);
 void reduce_scatter_hier(Context&, const CollArgs&);
+size_t hier_slice_bytes();
 void allreduce_net_direct(Context&, const CollArgs&);
 void allgather_net_direct(Context&, const CollArgs&);
 void reduce_scatter_net_direct(Context&, const CollArgs&);
@@ -68,10 +69,12 @@ const std::vector<Algorithm>& all() {
       {CollKind::barrier, "flags", barrier_flags},
 #ifdef SMDDP_HAVE_LIBFABRIC
       // Across nodes (libfabric between them, shared memory inside):
-      {CollKind::allreduce, "hier", allreduce_hier, Scope::nodes, /*even_nodes=*/true},
+      {CollKind::allreduce, "hier", allreduce_hier, Scope::nodes, /*even_nodes=*/true, "SMDDP_HIER_SLICE",
+       hier_slice_bytes},
       {CollKind::allreduce, "hier_small", allreduce_hier_small, Scope::nodes, /*even_nodes=*/true},
       {CollKind::allgather, "hier", allgather_hier, Scope::nodes, /*even_nodes=*/true},
-      {CollKind::reduce_scatter, "hier", reduce_scatter_hier, Scope::nodes, /*even_nodes=*/true},
+      {CollKind::reduce_scatter, "hier", reduce_scatter_hier, Scope::nodes, /*even_nodes=*/true, "SMDDP_HIER_SLICE",
+       hier_slice_bytes},
       {CollKind::allreduce, "net_direct", allreduce_net_direct, Scope::nodes},
       {CollKind::allgather, "net_direct", allgather_net_direct, Scope::nodes},
       {CollKind::reduce_scatter, "net_direct", reduce_scatter_net_direct, Scope::nodes},

@@ -12,8 +12,9 @@ using algorithms::CollKind;
 
 namespace {
 // kWhat packs kind+1 (bits 0-7), dtype (8-15), op+1 (16-23), flags (24-31) and the algorithm's
-// place in algorithms::all() + 1 (32-47; 0: none).
-enum Word { kSeq, kWhat, kCount, kRoot, kFactor, kParts };
+// place in algorithms::all() + 1 (32-47; 0: none). kSetting: the value of the algorithm's
+// Algorithm::setting (0: it has none).
+enum Word { kSeq, kWhat, kCount, kRoot, kFactor, kParts, kSetting };
 constexpr uint64_t kPerPeerCounts = 1;  // flag: alltoall with per-peer counts
 constexpr uint64_t kCudaMemory = 2;     // flag: the buffers are CUDA memory
 
@@ -34,7 +35,7 @@ bool has_root(CollKind k) {
 
 Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a, const algorithms::Algorithm* algorithm,
                         uint64_t piece_elements) {
-  static_assert(kParts < shm::Group::kFingerprintWords);
+  static_assert(kSetting < shm::Group::kFingerprintWords);
   Fingerprint fp{};
   fp[kSeq] = coll_seq;
   uint64_t what = static_cast<uint64_t>(a.kind) + 1;  // never zero: an unwritten slot differs
@@ -51,7 +52,10 @@ Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a, const 
     if (a.memory.kind == Memory::Kind::cuda) what |= kCudaMemory << 24;
     fp[kParts] = a.parts;
   }
-  if (algorithm) what |= static_cast<uint64_t>(algorithm - algorithms::all().data() + 1) << 32;
+  if (algorithm) {
+    what |= static_cast<uint64_t>(algorithm - algorithms::all().data() + 1) << 32;
+    if (algorithm->setting_value) fp[kSetting] = algorithm->setting_value();
+  }
   fp[kWhat] = what;
   return fp;
 }
@@ -106,18 +110,22 @@ std::string describe(const Fingerprint& fp, bool with_algorithm) {
   s += ") as collective #";
   s += std::to_string(fp[kSeq]);
   const uint64_t algo = algorithm_of(fp);
-  if (with_algorithm && algo > 0 && algo <= algorithms::all().size()) {
+  const algorithms::Algorithm* a = algo > 0 && algo <= algorithms::all().size() ? &algorithms::all()[algo - 1] : nullptr;
+  if (with_algorithm && a) {
     s += " with algorithm ";
-    s += algorithms::all()[algo - 1].name;
+    s += a->name;
+    if (fp[kSetting] && a->setting) s += std::string(", ") + a->setting + "=" + std::to_string(fp[kSetting]);
   }
   return s;
 }
 
 std::string describe_disagreement(const std::vector<Fingerprint>& all, const std::vector<int>& global) {
-  // Ranks that agree on everything but the algorithm chose it by settings that differ between
-  // them: their clauses name the algorithm (the others' need not).
+  // Ranks that agree on everything but the algorithm, or the setting it cuts a collective by,
+  // chose them by settings that differ between them: their clauses name both (the others' need
+  // not).
   auto without_algorithm = [](Fingerprint fp) {
     fp[kWhat] &= ~kAlgorithmBits;
+    fp[kSetting] = 0;
     return fp;
   };
   auto algorithm_differs = [&](size_t i) {

@@ -314,6 +314,28 @@ TEST(CrossNodeConsistency, RanksThatHearOfAMismatchMidCollectiveDoNotClaimNothin
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// Node-mates that slice the hierarchical allreduce differently (SMDDP_HIER_SLICE) disagree, each
+// rank naming the setting: each pair across nodes shares a setting, so the messages matched, and
+// the node's rounds added up to the same number, so ranks reduced one another's slices in the
+// wrong places without an error.
+TEST(CrossNodeConsistency, NodeMatesThatSliceTheHierarchicalAllreduceDifferentlyDisagree) {
+  NetnsHosts hosts(2);
+  RunOptions ro = hosts.place({0, 0, 1, 1});
+  ro.rank_env.resize(4);
+  for (int r = 0; r < 4; ++r) ro.rank_env[static_cast<size_t>(r)].emplace_back("SMDDP_HIER_SLICE", r % 2 ? "1m" : "256k");
+  auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = 20s;
+    o.algorithms = "allreduce:hier";
+    Communicator c(store, rank, w, o);
+    std::vector<float> v(size_t{1} << 20, static_cast<float>(rank + 1));
+    expect_throw<MismatchError>(rep, "allreduce", [&] {
+      c.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
+    }, "with algorithm hier, SMDDP_HIER_SLICE=" + std::string(rank % 2 ? "1048576" : "262144"));
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // A message between nodes whose two ranks disagree about its size is an error naming both sizes
 // at the receiver, never a short buffer taken for a whole one (nor a silently truncated one).
 TEST(CrossNodeConsistency, MessageSizeDisagreementIsAnError) {

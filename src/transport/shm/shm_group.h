@@ -86,7 +86,7 @@ class Group {
   // --- agreement ---
   // A compact description of a collective (what, how many, which type, op, root): ranks that run
   // the same collective announce equal fingerprints. What the words mean is the caller's.
-  static constexpr int kFingerprintWords = 6;
+  static constexpr int kFingerprintWords = 7;
   using Fingerprint = std::array<uint64_t, kFingerprintWords>;
   // Publishes this rank's fingerprint; call before the collective's first arrive(). The first
   // wait_all() after it compares every rank's with this one (each rank published its own before
