@@ -41,7 +41,11 @@ constexpr size_t kMinStagingPiece = size_t{64} << 10;  // SMDDP_CUDA_STAGING_PIE
 
 // Each rank counts, in the store itself, the communicators it made there under this name. The
 // ranks of a group make theirs in the same order, so the counts agree and a reused store never
-// hands out a stale key; ranks outside the group (subgroups) do not disturb the count.
+// hands out a stale key. What it assumes: groups made from one store have names of their own
+// (the counter is per name and group rank, so two disjoint groups of one name share counters),
+// and the ranks' counts stay in step (a rank whose construction failed, or that made one more
+// than its peers under the name, is a generation apart from them afterwards: a store for each
+// attempt, as torchelastic gives, keeps them apart).
 std::string next_store_prefix(Store& store, const std::string& name, int rank) {
   const int64_t generation = store.add("smddp/" + name + "/made_by/" + std::to_string(rank), 1) - 1;
   return "smddp/" + name + "/" + std::to_string(generation) + "/";

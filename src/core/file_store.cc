@@ -78,7 +78,13 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
   std::string lock_path = impl_->dir + "/.lock";
   int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) throw SystemError("smddp: FileStore cannot open " + lock_path + ": " + std::strerror(errno));
-  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    // Without the lock two adds could both read the old count (a file system without flock,
+    // as some network ones are): refuse rather than lose one.
+    const int err = errno;
+    ::close(fd);
+    throw SystemError("smddp: FileStore cannot lock " + lock_path + ": " + std::strerror(err));
   }
   int64_t value = 0;
   try {

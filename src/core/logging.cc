@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <string>
 
@@ -42,8 +43,14 @@ Line::Line(Level l, int rank) {
 Line::~Line() {
   os_ << '\n';
   std::string s = os_.str();
-  ssize_t r = ::write(STDERR_FILENO, s.data(), s.size());  // one write: lines never interleave
-  (void)r;
+  // One write, so that lines of several processes do not interleave (on a pipe, up to PIPE_BUF
+  // bytes); the rest of a short one follows rather than being lost.
+  for (size_t done = 0; done < s.size();) {
+    const ssize_t r = ::write(STDERR_FILENO, s.data() + done, s.size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;  // stderr closed or full: nothing else to do with a log line
+    done += static_cast<size_t>(r);
+  }
 }
 
 }  // namespace smddp::log
