@@ -7,7 +7,9 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,8 +81,18 @@ std::vector<int> thread_ids() {
 int thread_count() { return static_cast<int>(thread_ids().size()); }
 
 // The rank's open descriptors, each as what it points to ("socket:[123]", "/dev/shm/smddp-...").
-std::map<int, std::string> open_fds() {
-  std::map<int, std::string> fds;
+// An open descriptor: what it points to, for the message, and the file itself (device, inode),
+// to compare. The name alone may change under a rank that moves to a mount namespace of its own
+// (inside a chroot the kernel then writes a file's path from the real root).
+struct OpenFd {
+  std::string what;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool same_file(const OpenFd& o) const { return dev == o.dev && ino == o.ino; }
+};
+
+std::map<int, OpenFd> open_fds() {
+  std::map<int, OpenFd> fds;
   if (DIR* d = opendir("/proc/self/fd")) {
     const int own = dirfd(d);
     while (dirent* e = readdir(d)) {
@@ -89,7 +101,11 @@ std::map<int, std::string> open_fds() {
       if (fd == own) continue;
       char target[256] = {};
       const ssize_t n = readlink(("/proc/self/fd/" + std::string(e->d_name)).c_str(), target, sizeof target - 1);
-      fds[fd] = n > 0 ? std::string(target, static_cast<size_t>(n)) : "?";
+      OpenFd f;
+      f.what = n > 0 ? std::string(target, static_cast<size_t>(n)) : "?";
+      struct stat st {};
+      if (::fstat(fd, &st) == 0) f.dev = st.st_dev, f.ino = st.st_ino;
+      fds[fd] = f;
     }
     closedir(d);
   }
@@ -140,7 +156,7 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
 #endif
         if (opts.before_thread_count) opts.before_thread_count();
         const int threads_before = thread_count();
-        const std::map<int, std::string> fds_before = open_fds();
+        const std::map<int, OpenFd> fds_before = open_fds();
         {
           auto store = std::make_shared<FileStore>(dir + "/store");
           fn(r, world, store, report);
@@ -156,9 +172,10 @@ RunResult run_ranks(int world, const RankFn& fn, const RunOptions& opts) {
         if (threads_after != threads_before)
           report.fail("thread leak: " + std::to_string(threads_before) + " threads before, " +
                       std::to_string(threads_after) + " after");
-        for (const auto& [fd, what] : open_fds()) {
+        for (const auto& [fd, now] : open_fds()) {
+          const std::string& what = now.what;
           const auto before = fds_before.find(fd);
-          if (before != fds_before.end() && before->second == what) continue;
+          if (before != fds_before.end() && before->second.same_file(now)) continue;
           // Drivers' device files (CUDA, EFA verbs) stay open for the process's life once a
           // library first uses them: not ours to close.
           if (what.rfind("/dev/nvidia", 0) == 0 || what.rfind("/dev/infiniband/", 0) == 0) continue;
@@ -334,6 +351,12 @@ std::string with_small_dev_shm(const char* size, const std::function<std::string
   ::waitpid(child, &status, 0);
   if (!WIFEXITED(status)) return "the child died (status " + std::to_string(status) + "): " + out;
   return out;
+}
+
+bool cma_missing_here() {
+  int word = 1, copy = 0;
+  iovec local{&copy, sizeof copy}, remote{&word, sizeof word};
+  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) < 0 && errno == ENOSYS;
 }
 
 }  // namespace smddp::testing

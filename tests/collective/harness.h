@@ -108,6 +108,10 @@ void expect_throw(Report& rep, const std::string& what, F f, const std::string& 
 // machine cannot make one (no root, no mount namespaces).
 std::string with_small_dev_shm(const char* size, const std::function<std::string()>& body);
 
+// Whether this kernel has no cross-memory attach at all: qemu-user has no process_vm_readv
+// (ENOSYS), so the host-memory single-copy algorithms stage there, on every rank.
+bool cma_missing_here();
+
 // Names of our segments in /dev/shm created by any of `pids` (empty when none).
 std::vector<std::string> shm_leftovers(const std::vector<int>& pids);
 // The ids of this process's threads (/proc/self/task).

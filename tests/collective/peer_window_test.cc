@@ -196,15 +196,9 @@ TEST_P(PeerWindow, MappedWindowsProbeOncePerPlacement) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
-// Whether this kernel has no cross-memory attach at all: qemu-user has no process_vm_readv
-// (ENOSYS). There the tests below assert the fallback (every rank stages, the reason named)
-// instead of the reads. Any other failure to read this process's own memory is no environment to
-// skip: the tests fail on it.
-bool cma_missing_here() {
-  int word = 1, copy = 0;
-  iovec local{&copy, sizeof copy}, remote{&word, sizeof word};
-  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) < 0 && errno == ENOSYS;
-}
+// Where this kernel has no cross-memory attach at all (cma_missing_here: qemu-user) the tests
+// below assert the fallback (every rank stages, the reason named) instead of the reads. Any other
+// failure to read this process's own memory is no environment to skip: the tests fail on it.
 
 // Host memory the way communicators reach it: process_vm_readv through scratch (without it, every
 // rank stages through the segment, with the same results).

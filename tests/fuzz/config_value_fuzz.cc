@@ -1,5 +1,7 @@
 // SMDDP_* values are user input: any string must give a value or InvalidArgument naming it,
-// never a crash or undefined behaviour (an overflowing "9999999999999g" was one).
+// never a crash or undefined behaviour (an overflowing "9999999999999g" was one); a boolean
+// is a value only for the words it knows.
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -18,6 +20,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const smddp::InvalidArgument&) {
   }
   setenv("SMDDP_CHECK_CONSISTENCY", v.c_str(), 1);
-  (void)smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY");
+  try {
+    (void)smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY");
+    // A value came back: the text was one of the known words, in any case, or empty.
+    std::string w = v;
+    for (auto& c : w) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    static const char* const kWords[] = {"", "1", "true", "yes", "on", "0", "false", "no", "off"};
+    bool known = false;
+    for (const char* k : kWords) known = known || w == k;
+    if (!known) std::abort();
+  } catch (const smddp::InvalidArgument&) {
+  }
   return 0;
 }
