@@ -158,3 +158,39 @@ def test_contention_modes_smoke(smddp_built, tmp_path):
         for m in modes:
             assert re.search(rf"\| {b} \| {m} \| [0-8] of 8 \| [0-9]+–[0-9]+ \|", md), md[-2000:]
     assert not hog_processes(), "the hog mode left busy processes behind"
+
+
+def torch_collectives_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("torch_collectives",
+                                                  os.path.join(REPO, "benchmarks", "torch_collectives.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_training_step_rows_check_the_trained_parameters(smddp_built, tmp_path):
+    """--ops ddp_step,fsdp_step: every rank trains on its own batch, and #wrong counts the parameter
+    elements that differ from the model trained alone on all ranks' batches (0 for both backends).
+    The check can fail: a replica that skipped the averaging (trained on its own batch alone) is
+    far from that reference."""
+    bench = torch_collectives_module()
+    width, steps = 16, bench.STEP_WARMUP + bench.STEP_TIMED
+    reference = bench.step_reference(width, 2, steps)
+    assert bench.mismatched(reference, bench.step_reference(width, 2, steps)) == 0
+    alone = bench.step_reference(width, 1, steps)  # rank 0's batch only: no averaging
+    assert bench.mismatched(alone, reference) > sum(p.numel() for p in reference) // 2
+    assert bench.mismatched(reference[:-1], reference) == reference[-1].numel()
+
+    out = tmp_path / "bench"
+    p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "torch_collectives.py"), "--np", "2",
+                        "--backends", "smddp,gloo", "--ops", "ddp_step,fsdp_step", "--step-width", str(width),
+                        "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env=child_env(), cwd=REPO)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["backend"], r["op"]) for r in rows} == {(b, o) for b in ("smddp", "gloo")
+                                                       for o in ("ddp_step", "fsdp_step")}, rows
+    assert all(r["wrong"] == "0" and not r["error"] and float(r["time_us"]) > 0 for r in rows), rows
+    assert "## ddp_step" in (out / "results.md").read_text()
