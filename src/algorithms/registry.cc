@@ -1,6 +1,8 @@
 #include "algorithms/registry.h"
 
+#include <algorithm>
 #include <sstream>
+#include <string_view>
 
 #include "core/config.h"
 #include "smddp/errors.h"
@@ -135,6 +137,12 @@ const std::string& host_window_mode() {
     return m;
   }();
   return mode;
+}
+
+bool host_reads_possible(const std::string& window_mode, const std::vector<const Algorithm*>& overrides) {
+  if (window_mode != "off") return true;
+  return std::any_of(overrides.begin(), overrides.end(),
+                     [](const Algorithm* a) { return std::string_view(a->name) == "window"; });
 }
 
 namespace {

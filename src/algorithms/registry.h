@@ -31,4 +31,10 @@ const Algorithm& select(CollKind kind, size_t bytes, int world_size,
 // SMDDP_HOST_WINDOW, parsed (throws InvalidArgument naming a bad value): "auto", "off" or "any".
 const std::string& host_window_mode();
 
+// Whether a communicator may read its node peers' host memory by cross-memory attach (the window
+// algorithms on host memory): unless `window_mode` (SMDDP_HOST_WINDOW) is "off" and no override
+// (SMDDP_ALGO's, the communicator's) names a window algorithm. Only then does a rank let its
+// peers read it where Yama restricts ptrace (shm::GroupConfig::let_peers_read; docs/security.md).
+bool host_reads_possible(const std::string& window_mode, const std::vector<const Algorithm*>& overrides);
+
 }  // namespace smddp::algorithms

@@ -66,8 +66,9 @@ size_t segment_size_setting(const char* name) {
   return static_cast<size_t>(v);
 }
 
-shm::GroupConfig group_config(bool oversubscribed) {
+shm::GroupConfig group_config(bool oversubscribed, bool let_peers_read) {
   shm::GroupConfig c;
+  c.let_peers_read = let_peers_read;
   // With more ranks than cores every round is a wait for a rank that may not be running: fewer,
   // larger rounds were 20-45% faster from 1 MiB up at w=4 on 2 cores; with a core per rank the
   // smaller chunk pipelines better (docs/performance.md).
@@ -111,6 +112,9 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw InvalidArgument("smddp: SMDDP_CUDA_STAGING_PIECE=" + config::get_string("SMDDP_CUDA_STAGING_PIECE") +
                           " is below 64k (each piece is a collective of its own); 0 stages whole buffers");
   overrides_ = algorithms::parse_overrides(options_.algorithms);
+  std::vector<const algorithms::Algorithm*> all_overrides = overrides_;
+  for (const algorithms::Algorithm* a : algorithms::env_overrides()) all_overrides.push_back(a);
+  const bool host_reads = algorithms::host_reads_possible(algorithms::host_window_mode(), all_overrides);
   topo_ = topology::discover(*store_, rank, size, options_.timeout);
   multi_node_ = topo_.num_nodes() > 1;
   // Host copies of CUDA buffers (host_staging.h, p2p_staging.h): page-locked where CUDA is, so
@@ -129,7 +133,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     PrefixStore node_store("node" + std::to_string(topo_.node()) + "/", store_);
     try {
       shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
-                                          group_config(topo_.oversubscribed()), options_.timeout, topo_.local_ranks());
+                                          group_config(topo_.oversubscribed(), host_reads), options_.timeout, topo_.local_ranks());
     } catch (const Error& e) {
       // Ranks on other nodes wait for this one's address next: give them the reason.
       ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
@@ -166,7 +170,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                           ", but this build has no libfabric transport (SMDDP_WITH_LIBFABRIC=OFF)");
 #endif
   } else {
-    shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(topo_.oversubscribed()), options_.timeout);
+    shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(topo_.oversubscribed(), host_reads), options_.timeout);
   }
   if (!scratch_) scratch_ = std::make_unique<algorithms::ScratchPool>();
   p2p_staging_ = std::make_unique<P2pStagingPool>(cuda_copy_on, cuda_copy_off, kScratchKeep);

@@ -74,6 +74,17 @@ TEST(Selector, HostMemoryAtTwoRanksWithACpuEachTakesTheWindowAlgorithmsInTheirSi
   EXPECT_STREQ(select(CollKind::allreduce, 8 * MiB, 2, forced, nullptr, false, true).name, "rs_ag");
 }
 
+// A rank lets its node's peers read its memory (PR_SET_PTRACER_ANY under Yama) only where some
+// algorithm may read it: not with SMDDP_HOST_WINDOW=off, unless an override forces a window
+// algorithm (docs/security.md).
+TEST(Selector, PeersMayReadHostMemoryUnlessNoAlgorithmWould) {
+  EXPECT_TRUE(host_reads_possible("auto", {}));
+  EXPECT_TRUE(host_reads_possible("any", {}));
+  EXPECT_FALSE(host_reads_possible("off", {}));
+  EXPECT_FALSE(host_reads_possible("off", parse_overrides("allreduce:rs_ag,allgather:direct")));
+  EXPECT_TRUE(host_reads_possible("off", parse_overrides("allreduce:rs_ag,allgather:window")));
+}
+
 #ifdef SMDDP_HAVE_LIBFABRIC
 // Across nodes, a forced hierarchical algorithm runs only where every node has as many ranks: on
 // nodes of 2 and 1 ranks it read peers that do not exist (found by review); the override is

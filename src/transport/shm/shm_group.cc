@@ -218,7 +218,7 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
   }
   // Let the other ranks (same user) read our memory with process_vm_readv where Yama restricts
   // ptrace to descendants; the single-copy algorithms need it. No-op without Yama.
-  ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  if (cfg_.let_peers_read) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   RankCtl* me = ctl(rank);
   me->pidns = pidns_;
   me->pid.store(::getpid(), std::memory_order_release);

@@ -46,6 +46,10 @@ struct GroupConfig {
   // A waiter whose late peer last ran on its own CPU moves to another CPU of its affinity (false:
   // it never touches its thread's affinity, and sleeps instead).
   bool move_off_shared_cpu = true;
+  // Where Yama restricts ptrace to descendants, declare PR_SET_PTRACER_ANY so that the node's
+  // other ranks (any process of the same user) may read this rank's memory by cross-memory attach
+  // (device/cma_window.cc). False where no algorithm would read it (docs/security.md).
+  bool let_peers_read = true;
 };
 
 class Group {
