@@ -7,14 +7,24 @@ instead, and `init_process_group(backend="smddp")` would fail on the first missi
 
     Open MPI   OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE
     PMI        PMI_RANK, PMI_SIZE (MPICH, Intel MPI), MPI_LOCALRANKID, MPI_LOCALNRANKS
-    Slurm      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and this node's count of the step's
-               tasks (SLURM_STEP_TASKS_PER_NODE by SLURM_NODEID, else SLURM_TASKS_PER_NODE,
-               else SLURM_NTASKS_PER_NODE, which is only the requested most)
+    Slurm      SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID, and this node's count of the
+               step's tasks (SLURM_STEP_TASKS_PER_NODE by SLURM_NODEID, else
+               SLURM_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE, which is only the requested most)
+
+Slurm's world is the step's, which only srun sets (SLURM_STEP_NUM_TASKS): SLURM_NTASKS is the
+allocation's in a batch script (itself task 0 of its allocation, with SLURM_PROCID=0) and under
+`srun -E` (--preserve-env), so a script run by sbatch without srun, or a step on part of the
+allocation, would wait for ranks that never start. A batch script is no launcher here: torch
+then fails at once naming RANK.
 
 in that order of preference (mpirun inside a Slurm allocation sees both; its own numbering is
 the one the ranks follow). Where the chosen launcher has no local rank or count (srun with
 Slurm's pmi2 plugin sets PMI_RANK and PMI_SIZE only), Slurm's are taken if its rank and size
-are the chosen ones. A variable the user or launcher set is never changed.
+are the chosen ones. A variable the user or launcher set is never changed; where one of the four
+differs from what the chosen launcher says (a WORLD_SIZE exported for the whole allocation before
+`srun -n` on part of it), both are printed to stderr (not under torchrun, whose workers see the
+srun task that started torchrun). A process that starts ranks of its own (mp.spawn) hands its
+children what it filled: they must pass their rank and world size to init_process_group.
 
 MASTER_ADDR: the local host when every rank is on this node; otherwise the first host of
 SageMaker's SM_HOSTS, else the first host of the Slurm step (SLURM_STEP_NODELIST), else of the
@@ -38,7 +48,7 @@ _LAUNCHERS = [
     ("Open MPI", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                   "OMPI_COMM_WORLD_LOCAL_SIZE")),
     ("PMI", ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")),
-    ("Slurm", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")),
+    ("Slurm", ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")),
 ]
 _TORCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 DEFAULT_PORT = 29500
@@ -94,6 +104,42 @@ def _job_port(env, launcher):
     return str(DEFAULT_PORT), None
 
 
+def _launcher(env):
+    """(launcher name, its RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE values, where each came
+    from), or None outside a recognised launcher."""
+    launcher = next(((n, keys) for n, keys in _LAUNCHERS if env.get(keys[0]) and env.get(keys[1])), None)
+    if not launcher:
+        return None
+    name, keys = launcher
+    values = [env.get(k) for k in keys]
+    whys = [f"{name} {k}" for k in keys]
+    if name == "Slurm":
+        per_node = _slurm_tasks_per_node(env)
+        if per_node:
+            values[3], whys[3] = per_node, "Slurm's tasks on this node"
+    elif (not values[2] or not values[3]) and (env.get("SLURM_PROCID"), env.get("SLURM_STEP_NUM_TASKS")) == tuple(
+            values[:2]):
+        # The same ranks as Slurm's (srun --mpi=pmi2 sets PMI_RANK and PMI_SIZE only): its
+        # local numbering is theirs.
+        slurm_local = (env.get("SLURM_LOCALID"), _slurm_tasks_per_node(env) or env.get("SLURM_NTASKS_PER_NODE"))
+        for i in (2, 3):
+            if not values[i] and slurm_local[i - 2]:
+                values[i], whys[i] = slurm_local[i - 2], f"Slurm's, as {name}'s ranks are Slurm's"
+    return name, values, whys
+
+
+def disagreements(env=None):
+    """[(name, value set, launcher's value, where that came from)] for each of RANK, WORLD_SIZE,
+    LOCAL_RANK and LOCAL_WORLD_SIZE that is set and differs from the launcher's; none under
+    torchrun (TORCHELASTIC_RUN_ID), whose workers are not the tasks its launcher started."""
+    env = os.environ if env is None else env
+    found = _launcher(env)
+    if not found or env.get("TORCHELASTIC_RUN_ID"):
+        return []
+    return [(t, env[t], v, why) for t, v, why in zip(_TORCH, found[1], found[2])
+            if v is not None and t in env and env[t] != str(v)]
+
+
 def fill(env=None):
     """Fills the missing rendezvous variables in `env` (default os.environ).
 
@@ -109,24 +155,10 @@ def fill(env=None):
         env[name] = str(value)
         done.append((name, str(value), why))
 
-    launcher = next(((n, keys) for n, keys in _LAUNCHERS if env.get(keys[0]) and env.get(keys[1])), None)
-    if launcher:
-        name, keys = launcher
-        values = [env.get(k) for k in keys]
-        whys = [f"{name} {k}" for k in keys]
-        if name == "Slurm":
-            per_node = _slurm_tasks_per_node(env)
-            if per_node:
-                values[3], whys[3] = per_node, "Slurm's tasks on this node"
-        elif (not values[2] or not values[3]) and (env.get("SLURM_PROCID"), env.get("SLURM_NTASKS")) == tuple(
-                values[:2]):
-            # The same ranks as Slurm's (srun --mpi=pmi2 sets PMI_RANK and PMI_SIZE only): its
-            # local numbering is theirs.
-            slurm_local = (env.get("SLURM_LOCALID"), _slurm_tasks_per_node(env) or env.get("SLURM_NTASKS_PER_NODE"))
-            for i in (2, 3):
-                if not values[i] and slurm_local[i - 2]:
-                    values[i], whys[i] = slurm_local[i - 2], f"Slurm's, as {name}'s ranks are Slurm's"
-        for t, v, why in zip(_TORCH, values, whys):
+    found = _launcher(env)
+    launcher = found[:1] if found else None
+    if found:
+        for t, v, why in zip(_TORCH, found[1], found[2]):
             put(t, v, why)
 
     if "RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" not in env:
@@ -162,6 +194,9 @@ def fill(env=None):
 
 
 def fill_and_log():
+    for name, value, theirs, why in disagreements():
+        print(f"smddp: {name}={value} is set, but the launcher says {theirs} ({why}); torch uses {name}={value}: "
+              f"unset it if it was meant for another job or step", file=sys.stderr)
     done = fill()
     if done and os.environ.get("SMDDP_DEBUG", "").upper() in ("INFO", "TRACE"):
         for name, value, why in done:

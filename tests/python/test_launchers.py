@@ -28,8 +28,9 @@ def fill(env):
 
 OMPI = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
         "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "PMIX_NAMESPACE": "prterun-h1-4242@1"}
-SLURM = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_TASKS_PER_NODE": "2(x2)",
-         "SLURM_JOB_NODELIST": "trn[007-008]", "SLURM_JOB_ID": "1234"}
+# A task of `srun -n4` (srun sets SLURM_STEP_NUM_TASKS; SLURM_NTASKS is the allocation's).
+SLURM = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4", "SLURM_LOCALID": "1",
+         "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_NODELIST": "trn[007-008]", "SLURM_JOB_ID": "1234"}
 
 
 def test_open_mpi_across_nodes_on_sagemaker():
@@ -96,7 +97,7 @@ def test_srun_with_pmi2_takes_the_local_rank_from_slurm():
 # `srun -n4` spreads 2 and 2, whose ranks meet on the step's first host, not on 127.0.0.1; a
 # step on part of the allocation meets on its own first host; two steps take two ports.
 def test_a_slurm_step_counts_its_own_tasks_and_hosts():
-    step = dict(SLURM, SLURM_NTASKS="3", SLURM_PROCID="2", SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2",
+    step = dict(SLURM, SLURM_NTASKS="3", SLURM_STEP_NUM_TASKS="3", SLURM_PROCID="2", SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2",
                 SLURM_STEP_TASKS_PER_NODE="2,1", SLURM_NODEID="1", SLURM_STEP_ID="0")
     assert fill(step)["LOCAL_WORLD_SIZE"] == "1"
     spread = dict(SLURM, SLURM_NTASKS_PER_NODE="4", SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_NODEID="0",
@@ -106,6 +107,38 @@ def test_a_slurm_step_counts_its_own_tasks_and_hosts():
     part = dict(SLURM, SLURM_JOB_NODELIST="trn[007-009]", SLURM_STEP_NODELIST="trn[008-009]", SLURM_STEP_ID="1")
     assert fill(part)["MASTER_ADDR"] == "trn008"
     assert fill(part)["MASTER_PORT"] != fill(dict(part, SLURM_STEP_ID="2"))["MASTER_PORT"]
+
+
+# What Slurm 24.11 (trixie's, tests/slurm/cluster.sh) set in an `sbatch -N2 --ntasks-per-node=2`
+# batch script and in `srun -E -N1 -n2` inside it: the batch script is task 0 of the allocation's
+# 4, and -E keeps the allocation's SLURM_NTASKS. Taking those as the world, rank 0 waited for 3
+# ranks that never start (found by review); test_slurm.py runs both under Slurm's daemons.
+def test_a_batch_script_is_no_launcher_and_a_step_is_its_own_world():
+    batch = {"SLURM_LOCALID": "0", "SLURM_NPROCS": "4", "SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2",
+             "SLURM_PROCID": "0", "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_NODELIST": "trn[007-008]",
+             "SLURM_JOB_ID": "1234"}
+    e = fill(batch)
+    assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR"} & set(e), e
+    preserved = dict(batch, SLURM_PROCID="1", SLURM_LOCALID="1", SLURM_STEP_NUM_TASKS="2",
+                     SLURM_STEP_TASKS_PER_NODE="2", SLURM_STEP_NODELIST="trn007", SLURM_STEP_ID="1")
+    e = fill(preserved)
+    assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) == ("1", "2", "1", "2")
+    assert e["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_a_set_variable_the_launcher_contradicts_is_reported(smddp_built):
+    launch_env = _launch_env()
+    # WORLD_SIZE exported for the allocation, then `srun -n4` on part of it: kept, and reported.
+    assert launch_env.disagreements(dict(SLURM, WORLD_SIZE="8")) == [
+        ("WORLD_SIZE", "8", "4", "Slurm SLURM_STEP_NUM_TASKS")]
+    assert launch_env.disagreements(dict(SLURM, WORLD_SIZE="4")) == []
+    # torchrun's workers see the srun task that started torchrun: nothing to compare there.
+    assert launch_env.disagreements(dict(SLURM, RANK="6", WORLD_SIZE="8", TORCHELASTIC_RUN_ID="x")) == []
+    p = subprocess.run([sys.executable, "-c", "import smddp, os; print(os.environ['WORLD_SIZE'])"],
+                       capture_output=True, text=True, env=dict(launcher_env(SLURM), WORLD_SIZE="8"), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["8"]
+    assert "smddp: WORLD_SIZE=8 is set, but the launcher says 4 (Slurm SLURM_STEP_NUM_TASKS)" in p.stderr
 
 
 def test_nothing_the_user_set_is_changed():

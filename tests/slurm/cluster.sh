@@ -32,8 +32,8 @@ cleanup() {
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$p" 2>/dev/null || true
   done
-  # Job steps left behind by a failed test (slurmstepd and its children).
-  pkill -9 -f "slurmstepd.*$id" 2>/dev/null || true
+  # Job steps left behind by a failed test (slurmstepd, which renames itself, and its children)
+  # run in the hosts' namespaces: `netns down` below kills every process in them.
   pkill -9 -f "$run" 2>/dev/null || true
   "$NETNS" down "$id" >/dev/null 2>&1 || true
   rm -rf "$run"
