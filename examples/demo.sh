@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The demo (run by `make demo` inside the trixie devenv): the same 4-process DDP job with
-# backend "smddp" and with "gloo", then both throughputs side by side.
+# backend "smddp" and with "gloo", then both throughputs side by side. The two runs train the same
+# model on the same data, so their last epochs' losses must agree (up to the rounding of the two
+# backends' summation orders): the demo fails otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/${SMDDP_DEMO_BUILD:-build/demo}/python${PYTHONPATH:+:$PYTHONPATH}
@@ -23,4 +25,8 @@ print(f"{'backend':<8} {'samples/s':>12}")
 print(f"{'smddp':<8} {s:>12,.0f}")
 print(f"{'gloo':<8} {g:>12,.0f}")
 print(f"smddp / gloo = {s / g:.2f}x  ({r['smddp']['world']} processes, same job, same machine)")
+ls, lg = r["smddp"]["loss"], r["gloo"]["loss"]
+print(f"last epoch's loss: smddp {ls:.6f}, gloo {lg:.6f}")
+if not abs(ls - lg) <= 1e-3 * abs(lg):
+    sys.exit(f"demo: smddp trained to another loss than gloo ({ls} against {lg}): its results are wrong")
 PY

@@ -48,7 +48,7 @@ if rank == 0:
     print(f"[{args.backend}] {world} processes, model {params / 1e6:.2f} M parameters "
           f"({params * 4 / 2**20:.1f} MiB of gradients per step), {args.samples} samples", flush=True)
 
-total_samples, total_time = 0, 0.0
+total_samples, total_time, last_loss = 0, 0.0, float("nan")
 for epoch in range(args.epochs):
     sampler.set_epoch(epoch)
     dist.barrier()
@@ -68,6 +68,7 @@ for epoch in range(args.epochs):
     if epoch > 0:  # the first epoch warms up (allocations, connections)
         total_samples += int(stats[1].item())
         total_time += dt
+    last_loss = stats[0].item() / stats[1].item()
     if rank == 0:
         print(f"[{args.backend}] epoch {epoch}: loss {stats[0].item() / stats[1].item():.5f}, "
               f"{stats[1].item() / dt:,.0f} samples/s", flush=True)
@@ -77,5 +78,5 @@ if rank == 0:
     print(f"[{args.backend}] throughput {rate:,.0f} samples/s", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"backend": args.backend, "samples_per_s": rate, "world": world}, f)
+            json.dump({"backend": args.backend, "samples_per_s": rate, "world": world, "loss": last_loss}, f)
 dist.destroy_process_group()

@@ -253,6 +253,7 @@ void run_matrix(int world, bool big) {
       Communicator c(store, rank, w, o);
       reduction_matrix(c, "rs_ag", again, big, true);
     }
+    if (!again.ok()) rep.fail("second run: " + again.text_);
     std::map<std::string, std::string> first;
     std::istringstream a(rep.records_), b(again.records_);
     std::string k, v;

@@ -4,10 +4,30 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/config.h"
 #include "smddp/errors.h"
+
+namespace {
+// What an accepted integer looks like: a sign, then 0x and hex digits or decimal (octal) digits,
+// then at most one k, m or g in any case, and nothing else.
+bool integer_shaped(const std::string& v) {
+  size_t i = 0;
+  if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+  const bool hex = v.size() > i + 2 && v[i] == '0' && (v[i + 1] == 'x' || v[i + 1] == 'X') &&
+                   std::isxdigit(static_cast<unsigned char>(v[i + 2]));
+  if (hex) i += 2;
+  const size_t first = i;
+  while (i < v.size() && (hex ? std::isxdigit(static_cast<unsigned char>(v[i]))
+                              : std::isdigit(static_cast<unsigned char>(v[i]))))
+    ++i;
+  if (i == first) return false;
+  if (i < v.size() && v[i] != '\0' && std::strchr("kKmMgG", v[i])) ++i;
+  return i == v.size();
+}
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string v(reinterpret_cast<const char*>(data), size);
@@ -15,8 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   setenv("SMDDP_SHM_CHUNK", v.c_str(), 1);
   try {
     const int64_t n = smddp::config::get_int("SMDDP_SHM_CHUNK");
-    // A value came back: the text was digits with at most one k/m/g suffix.
-    if (v.empty() && n != 0) std::abort();
+    // A value came back: the text was empty (0), or digits with at most one k/m/g suffix.
+    if (v.empty() ? n != 0 : !integer_shaped(v)) std::abort();
   } catch (const smddp::InvalidArgument&) {
   }
   setenv("SMDDP_CHECK_CONSISTENCY", v.c_str(), 1);
