@@ -1,10 +1,12 @@
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -34,6 +36,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+# Every process a test starts through child_env carries the test's tag in its environment, and so
+# do their children (torchrun's workers, mpirun's ranks, srun's tasks), which is how
+# no_process_left_behind finds what a test left running (a launcher killed on its timeout leaves
+# its workers: torchrun starts them in sessions of their own).
+TEST_TAG = "SMDDP_PYTEST_TAG"
+_current_tag = [None]
+
+
 def child_env(extra=None):
     e = dict(os.environ)
     paths = [smddp_build_dir(), WORKERS]
@@ -41,8 +51,54 @@ def child_env(extra=None):
         paths.append(e["PYTHONPATH"])
     e["PYTHONPATH"] = os.pathsep.join(paths)
     e.setdefault("OMP_NUM_THREADS", "1")
+    if _current_tag[0]:
+        e[TEST_TAG] = _current_tag[0]
     e.update(extra or {})
     return e
+
+
+def tagged_processes(tag):
+    """Live (not zombie) processes other than this one whose environment carries `tag`."""
+    needle = f"{TEST_TAG}={tag}".encode() + b"\0"
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and (env.startswith(needle) or b"\0" + needle in env):
+            found.append(int(pid))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    """Every process a test started is gone when it ends (ranks may still be exiting: up to 10 s);
+    what is not is killed, so the next tests get the cores and /dev/shm, and the test fails."""
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    _current_tag[0] = tag
+    yield tag
+    _current_tag[0] = None
+    left = tagged_processes(tag)
+    deadline = time.time() + 10
+    while left and time.time() < deadline:
+        time.sleep(0.1)
+        left = tagged_processes(tag)
+    if left:
+        names = []
+        for pid in left:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    names.append(f"{pid} {f.read().replace(bytes(1), b' ').decode(errors='replace')[:120]}")
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        pytest.fail("processes left running (killed now): " + "; ".join(names))
 
 
 def torchrun(script, nproc, *args, timeout=300, env=None):

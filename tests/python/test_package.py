@@ -4,10 +4,11 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
-from conftest import REPO, WORKERS, assert_all_ok, child_env, free_port, torchrun
+from conftest import REPO, WORKERS, assert_all_ok, child_env, free_port, tagged_processes, torchrun
 
 SCRIPT = os.path.join(WORKERS, "alias_and_errors.py")
 
@@ -54,3 +55,25 @@ def test_version_attribute(smddp_built):
     p = subprocess.run([sys.executable, "-c", "import smddp; print(smddp.__version__)"], capture_output=True,
                        text=True, timeout=60, env=child_env())
     assert p.returncode == 0 and p.stdout.strip().count(".") == 2, p.stdout + p.stderr
+
+
+def test_a_process_a_test_started_is_found_by_its_tag(no_process_left_behind):
+    """conftest's no_process_left_behind finds what a test left running by the tag child_env puts
+    in its environment, also in a grandchild that started a session of its own (as torchrun's
+    workers do), which killing the launcher on a timeout leaves behind."""
+    sleeper = "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], " \
+              "start_new_session=True); print(os.getpid(), flush=True); time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", sleeper], env=child_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        p.stdout.readline()
+        for _ in range(50):
+            found = tagged_processes(no_process_left_behind)
+            if len(found) >= 2:
+                break
+            time.sleep(0.1)
+        assert p.pid in found and len(found) == 2, found
+    finally:
+        p.kill()
+        p.wait()
+    grandchild = [pid for pid in found if pid != p.pid]
+    os.kill(grandchild[0], 9)
