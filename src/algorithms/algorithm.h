@@ -1,7 +1,8 @@
 // What every algorithm sees: the arguments of one collective and the means to run it (the
 // node's shared-memory group, a device for copies and reductions, the op for errors/deadlines).
 // Algorithms never touch sockets, CUDA or memcpy directly, and end each round with ctx.arrive()
-// (never shm.arrive(): the device's work must land before the peers are told).
+// and ctx.wait_all() (never shm.arrive(): the device's work must land before the peers are told;
+// never shm.wait_all(): across nodes a failure is published before it unwinds).
 #pragma once
 
 #include <algorithm>
@@ -82,6 +83,17 @@ struct Context {
   void arrive() {
     dev.fence();
     shm.arrive();
+  }
+  // Waits for this node's ranks to finish the round (shm::Group::wait_all). Across nodes a
+  // failure found here (a node-mate that died or aborted) is published before it unwinds, as a
+  // network wait's is (publish_failure): the unwinding then cancels the transfers still posted.
+  void wait_all() {
+    try {
+      shm.wait_all(op);
+    } catch (...) {
+      if (publish_failure && *publish_failure) std::rethrow_exception((*publish_failure)(std::current_exception()));
+      throw;
+    }
   }
 };
 

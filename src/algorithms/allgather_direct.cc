@@ -14,7 +14,7 @@ void allgather_direct(Context& ctx, const CollArgs& a) {
     const int p = ctx.shm.begin_round();
     ctx.dev.copy(ctx.shm.slot(me, p), at(a.send, r.begin, es), r.count * es);
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     for (int j = 0; j < w; ++j) {
       void* dst = at(a.recv, static_cast<size_t>(j) * a.count + r.begin, es);
       // Own block: straight from the input (a no-op when in place).

@@ -17,7 +17,7 @@ void allreduce_one_shot(Context& ctx, const CollArgs& a) {
     const int p = ctx.shm.begin_round();
     ctx.dev.copy(ctx.shm.slot(ctx.rank(), p), at(a.send, r.begin, es), r.count * es);
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     for (int j = 0; j < w; ++j) srcs[static_cast<size_t>(j)] = ctx.shm.slot(j, p);
     ctx.dev.reduce({at(a.recv, r.begin, es), srcs.data(), w, r.count, a.dtype, a.op, w});
   }

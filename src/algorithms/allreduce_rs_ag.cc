@@ -74,7 +74,7 @@ void rs_ag_rounds(Context& ctx, const void* send, void* recv, size_t count, Data
     }
     if (k >= 2) copy_out(k - 2, prev);
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     prev = p;
   }
   // The last chunk's reduced segments, written in the last round. The next collective writes

@@ -31,7 +31,7 @@ void alltoall_direct(Context& ctx, const CollArgs& a) {
     }
     ctx.shm.words(me, p)[0] = longest;
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     for (int j = 0; j < w; ++j) longest = std::max<size_t>(longest, ctx.shm.words(j, p)[0]);
     auto counts_of = [&](int r) { return reinterpret_cast<const uint64_t*>(ctx.shm.slot(r, p)); };
     for (int i = 0; fits && i < w; ++i)
@@ -54,7 +54,7 @@ void alltoall_direct(Context& ctx, const CollArgs& a) {
                    at(a.send, a.send_displs[static_cast<size_t>(d)] + off, es), std::min(chunk, n - off) * es);
     }
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     for (int j = 0; j < w; ++j) {
       const size_t n = a.recv_counts[static_cast<size_t>(j)];
       if (off >= n) continue;

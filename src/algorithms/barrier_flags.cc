@@ -6,7 +6,7 @@ namespace smddp::algorithms {
 void barrier_flags(Context& ctx, const CollArgs&) {
   ctx.shm.begin_round();
   ctx.arrive();
-  ctx.shm.wait_all(ctx.op);
+  ctx.wait_all();
 }
 
 }  // namespace smddp::algorithms

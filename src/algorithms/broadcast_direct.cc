@@ -11,7 +11,7 @@ void broadcast_direct(Context& ctx, const CollArgs& a) {
     const int p = ctx.shm.begin_round();
     if (ctx.rank() == a.root) ctx.dev.copy(ctx.shm.slot(a.root, p), at(a.recv, r.begin, es), r.count * es);
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     if (ctx.rank() != a.root) ctx.dev.copy(at(a.recv, r.begin, es), ctx.shm.slot(a.root, p), r.count * es);
   }
 }

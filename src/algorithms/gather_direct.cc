@@ -12,7 +12,7 @@ void gather_direct(Context& ctx, const CollArgs& a) {
     const int p = ctx.shm.begin_round();
     if (me != a.root) ctx.dev.copy(ctx.shm.slot(me, p), at(a.send, r.begin, es), r.count * es);
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     if (me != a.root) continue;
     for (int j = 0; j < w; ++j) {
       const void* src = j == me ? at(a.send, r.begin, es) : static_cast<const void*>(ctx.shm.slot(j, p));

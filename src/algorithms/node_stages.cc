@@ -45,7 +45,7 @@ void node_reduce_scatter(Context& ctx, const void* send, void* dst, const ShardM
       });
     }
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     if (off >= my_count) continue;
     for (int j = 0; j < L; ++j) srcs[static_cast<size_t>(j)] = at(ctx.shm.slot(j, p), static_cast<size_t>(me) * chunk, es);
     ctx.dev.reduce({at(dst, off, es), srcs.data(), L, std::min(chunk, my_count - off), t, op, 1});
@@ -63,7 +63,7 @@ void node_allgather(Context& ctx, void* buf, const ShardMap& shards, DataType t)
       ctx.dev.copy(at(ctx.shm.slot(me, p), s - off, es), at(buf, b, es), n * es);
     });
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     for (int j = 0; j < L; ++j) {
       if (j == me) continue;
       for_each_piece(shards[static_cast<size_t>(j)], off, chunk, [&](size_t b, size_t s, size_t n) {

@@ -23,7 +23,7 @@ void reduce_scatter_direct(Context& ctx, const CollArgs& a) {
                    at(a.send, static_cast<size_t>(b) * a.count + r.begin, es), r.count * es);
     }
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     for (int j = 0; j < w; ++j)
       srcs[static_cast<size_t>(j)] = j == me ? at(a.send, static_cast<size_t>(me) * a.count + r.begin, es)
                                              : at(ctx.shm.slot(j, p), static_cast<size_t>(me) * chunk, es);

@@ -17,7 +17,7 @@ void scatter_direct(Context& ctx, const CollArgs& a) {
           ctx.dev.copy(at(ctx.shm.slot(me, p), static_cast<size_t>(b) * chunk, es),
                        at(a.send, static_cast<size_t>(b) * a.count + r.begin, es), r.count * es);
     ctx.arrive();
-    ctx.shm.wait_all(ctx.op);
+    ctx.wait_all();
     const void* src = me == a.root ? at(a.send, static_cast<size_t>(me) * a.count + r.begin, es)
                                    : static_cast<const void*>(at(ctx.shm.slot(a.root, p), static_cast<size_t>(me) * chunk, es));
     ctx.dev.copy(at(a.recv, r.begin, es), src, r.count * es);

@@ -39,7 +39,7 @@ bool agree_reachable(Context& ctx, int p, size_t n, bool opened, std::string why
   const int q = ctx.shm.begin_round();
   ctx.shm.words(me, q)[0] = mine ? 1 : 0;
   ctx.arrive();
-  ctx.shm.wait_all(ctx.op);
+  ctx.wait_all();
   bool all = true;
   for (int j = 0; j < w; ++j) all = all && ctx.shm.words(j, q)[0] == 1;
   ctx.windows->reachable_by_placement[key] = all;
@@ -71,7 +71,7 @@ bool open_windows(Context& ctx, const std::vector<std::pair<const void*, size_t>
     exposed = ctx.windows->expose(mine[k].first, mine[k].second, ctx.shm.slot(me, p) + k * kDesc) && exposed;
   ctx.shm.words(me, p)[0] = exposed ? 1 : 0;
   ctx.arrive();
-  ctx.shm.wait_all(ctx.op);
+  ctx.wait_all();
   for (int j = 0; j < w; ++j)
     if (ctx.shm.words(j, p)[0] != 1) return false;
   std::string key;
@@ -107,7 +107,7 @@ bool open_windows(Context& ctx, const std::vector<std::pair<const void*, size_t>
 void close_windows(Context& ctx) {
   ctx.shm.begin_round();
   ctx.arrive();
-  ctx.shm.wait_all(ctx.op);
+  ctx.wait_all();
 }
 
 const void* view_peer(Context& ctx, const device::PeerBuffer& b, size_t offset, size_t bytes, std::byte* scratch) {
