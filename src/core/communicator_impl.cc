@@ -96,6 +96,9 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       options_(std::move(options)),
       consistency_(config::get_bool("SMDDP_CHECK_CONSISTENCY")),
       staging_piece_(static_cast<size_t>(std::max<int64_t>(0, config::get_int("SMDDP_CUDA_STAGING_PIECE")))) {
+  if (config::get_int("SMDDP_CUDA_STAGING_PIECE") < 0)
+    throw InvalidArgument("smddp: SMDDP_CUDA_STAGING_PIECE=" + config::get_string("SMDDP_CUDA_STAGING_PIECE") +
+                          " is negative (0 stages whole buffers; else at least 64k)");
   if (!store) throw InvalidArgument("smddp: Communicator needs a store (got null)");
   if (size < 1) throw InvalidArgument("smddp: communicator size must be >= 1 (got " + std::to_string(size) + ")");
   if (rank < 0 || rank >= size)

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <string>
@@ -13,8 +14,10 @@ namespace smddp::log {
 Level threshold() {
   static const Level level = [] {
     std::string s = config::get_string("SMDDP_DEBUG");
-    if (s == "TRACE" || s == "trace") return Level::TRACE;
-    if (s == "INFO" || s == "info") return Level::INFO;
+    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    // Any case, as the Python package reads it (launch_env.py): "Info" once logged there only.
+    if (s == "TRACE") return Level::TRACE;
+    if (s == "INFO") return Level::INFO;
     return Level::WARN;
   }();
   return level;

@@ -106,6 +106,12 @@ TEST(Failure, TinyStagingPieceIsRejectedAtConstruction) {
                                   "SMDDP_CUDA_STAGING_PIECE=4 is below 64k");
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
+  ro.env = {{"SMDDP_CUDA_STAGING_PIECE", "-1"}};  // was taken as 0 without a word
+  res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    expect_throw<InvalidArgument>(rep, "SMDDP_CUDA_STAGING_PIECE=-1", [&] { Communicator c(store, rank, w, Options{}); },
+                                  "SMDDP_CUDA_STAGING_PIECE=-1 is negative");
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
   ro.env = {{"SMDDP_CUDA_STAGING_PIECE", "0"}};
   res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report&) { Communicator c(store, rank, w, Options{}); },
                   ro);
