@@ -14,16 +14,17 @@ instead, and `init_process_group(backend="smddp")` would fail on the first missi
 Slurm's world is the step's, which only srun sets (SLURM_STEP_NUM_TASKS): SLURM_NTASKS is the
 allocation's in a batch script (itself task 0 of its allocation, with SLURM_PROCID=0) and under
 `srun -E` (--preserve-env), so a script run by sbatch without srun, or a step on part of the
-allocation, would wait for ranks that never start. A batch script is no launcher here: torch
-then fails at once naming RANK.
+allocation, would wait for ranks that never start. A batch script is no launcher here (torch
+then fails at once naming RANK), but for one of a one-task allocation (SLURM_NTASKS=1), which is
+that task: a world of one.
 
 in that order of preference (mpirun inside a Slurm allocation sees both; its own numbering is
 the one the ranks follow). Where the chosen launcher has no local rank or count (srun with
 Slurm's pmi2 plugin sets PMI_RANK and PMI_SIZE only), Slurm's are taken if its rank and size
 are the chosen ones. A variable the user or launcher set is never changed; where one of the four
 differs from what the chosen launcher says (a WORLD_SIZE exported for the whole allocation before
-`srun -n` on part of it), both are printed to stderr (not under torchrun, whose workers see the
-srun task that started torchrun). A process that starts ranks of its own (mp.spawn) hands its
+`srun -n` on part of it), both are printed to stderr (not where RANK or LOCAL_RANK differ too: a
+launcher inside the task, torchrun's or DeepSpeed's, started this process). A process that starts ranks of its own (mp.spawn) hands its
 children what it filled: they must pass their rank and world size to init_process_group.
 
 MASTER_ADDR: the local host when every rank is on this node; otherwise the first host of
@@ -107,17 +108,21 @@ def _job_port(env, launcher):
 def _launcher(env):
     """(launcher name, its RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE values, where each came
     from), or None outside a recognised launcher."""
-    launcher = next(((n, keys) for n, keys in _LAUNCHERS if env.get(keys[0]) and env.get(keys[1])), None)
+    def get(key):
+        if key == "SLURM_STEP_NUM_TASKS" and not env.get(key) and env.get("SLURM_NTASKS") == "1":
+            return "1"  # the batch script of a one-task allocation is its task
+        return env.get(key)
+    launcher = next(((n, keys) for n, keys in _LAUNCHERS if get(keys[0]) and get(keys[1])), None)
     if not launcher:
         return None
     name, keys = launcher
-    values = [env.get(k) for k in keys]
-    whys = [f"{name} {k}" for k in keys]
+    values = [get(k) for k in keys]
+    whys = [f"{name} {k}" if env.get(k) else f"{name} SLURM_NTASKS (a one-task batch script)" for k in keys]
     if name == "Slurm":
         per_node = _slurm_tasks_per_node(env)
         if per_node:
             values[3], whys[3] = per_node, "Slurm's tasks on this node"
-    elif (not values[2] or not values[3]) and (env.get("SLURM_PROCID"), env.get("SLURM_STEP_NUM_TASKS")) == tuple(
+    elif (not values[2] or not values[3]) and (env.get("SLURM_PROCID"), get("SLURM_STEP_NUM_TASKS")) == tuple(
             values[:2]):
         # The same ranks as Slurm's (srun --mpi=pmi2 sets PMI_RANK and PMI_SIZE only): its
         # local numbering is theirs.
@@ -129,15 +134,20 @@ def _launcher(env):
 
 
 def disagreements(env=None):
-    """[(name, value set, launcher's value, where that came from)] for each of RANK, WORLD_SIZE,
-    LOCAL_RANK and LOCAL_WORLD_SIZE that is set and differs from the launcher's; none under
-    torchrun (TORCHELASTIC_RUN_ID), whose workers are not the tasks its launcher started."""
+    """[(name, value set, launcher's value, where that came from)] for WORLD_SIZE and
+    LOCAL_WORLD_SIZE where they are set and differ from the launcher's while this process is the
+    launcher's task. A RANK or LOCAL_RANK that differs says it is not: another launcher started it
+    inside the task (torchrun, DeepSpeed's, a script's own), and nothing is compared then."""
     env = os.environ if env is None else env
     found = _launcher(env)
     if not found or env.get("TORCHELASTIC_RUN_ID"):
         return []
-    return [(t, env[t], v, why) for t, v, why in zip(_TORCH, found[1], found[2])
-            if v is not None and t in env and env[t] != str(v)]
+    ours = dict(zip(_TORCH, zip(found[1], found[2])))
+    for t in ("RANK", "LOCAL_RANK"):
+        if t in env and ours[t][0] is not None and env[t] != str(ours[t][0]):
+            return []
+    return [(t, env[t], ours[t][0], ours[t][1]) for t in ("WORLD_SIZE", "LOCAL_WORLD_SIZE")
+            if ours[t][0] is not None and t in env and env[t] != str(ours[t][0])]
 
 
 def fill(env=None):

@@ -202,7 +202,7 @@ def smddp_segments():
 
 
 @pytest.fixture(autouse=True)
-def no_segment_left_behind():
+def no_segment_left_behind(no_process_left_behind):  # checked after the processes are gone
     """Every test, whatever launched its ranks (torchrun, mpirun, srun, a SageMaker-shaped
     launcher, spawn), leaves no shared-memory segment of ours: a segment is unlinked once every
     rank mapped it, so one still named after the ranks exited is a leak. Its ranks may still be

@@ -124,6 +124,10 @@ def test_a_batch_script_is_no_launcher_and_a_step_is_its_own_world():
     e = fill(preserved)
     assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) == ("1", "2", "1", "2")
     assert e["MASTER_ADDR"] == "127.0.0.1"
+    # The batch script of a one-task allocation (sbatch -n1) is that task: a world of one.
+    e = fill(dict(batch, SLURM_NTASKS="1", SLURM_NPROCS="1", SLURM_TASKS_PER_NODE="1", SLURM_NTASKS_PER_NODE="1"))
+    assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"], e["MASTER_ADDR"]) == (
+        "0", "1", "0", "1", "127.0.0.1")
 
 
 def test_a_set_variable_the_launcher_contradicts_is_reported(smddp_built):
@@ -132,8 +136,13 @@ def test_a_set_variable_the_launcher_contradicts_is_reported(smddp_built):
     assert launch_env.disagreements(dict(SLURM, WORLD_SIZE="8")) == [
         ("WORLD_SIZE", "8", "4", "Slurm SLURM_STEP_NUM_TASKS")]
     assert launch_env.disagreements(dict(SLURM, WORLD_SIZE="4")) == []
-    # torchrun's workers see the srun task that started torchrun: nothing to compare there.
+    # torchrun's workers see the srun task that started torchrun: nothing to compare there; nor
+    # where another launcher inside the task set a RANK of its own (DeepSpeed's sets no
+    # TORCHELASTIC_RUN_ID).
     assert launch_env.disagreements(dict(SLURM, RANK="6", WORLD_SIZE="8", TORCHELASTIC_RUN_ID="x")) == []
+    assert launch_env.disagreements(dict(SLURM, RANK="6", WORLD_SIZE="8", LOCAL_RANK="2")) == []
+    assert launch_env.disagreements(dict(SLURM, RANK="3", WORLD_SIZE="8")) == [
+        ("WORLD_SIZE", "8", "4", "Slurm SLURM_STEP_NUM_TASKS")]
     p = subprocess.run([sys.executable, "-c", "import smddp, os; print(os.environ['WORLD_SIZE'])"],
                        capture_output=True, text=True, env=dict(launcher_env(SLURM), WORLD_SIZE="8"), timeout=120)
     assert p.returncode == 0, p.stderr

@@ -74,16 +74,22 @@ def test_a_batch_script_is_no_rank_and_a_step_is_its_own_world(smddp_built, tmp_
     """`import smddp` in the batch script itself (no srun) fills nothing, so torch names RANK at
     once instead of rank 0 waiting for the allocation's other tasks; `srun -E` on part of the
     allocation (the allocation's SLURM_NTASKS kept) is a world of the step's tasks; a WORLD_SIZE
-    exported for the allocation is kept and reported."""
+    exported for the allocation is kept and reported. The batch script of a one-task allocation
+    (sbatch -n1) is that task: a world of one on this host."""
     show = "python3 -c 'import smddp, os; print(\"%s\", *(os.environ.get(k) for k in (\"RANK\", \"WORLD_SIZE\")))'"
     (tmp_path / "job.sh").write_text("\n".join([
         "#!/bin/bash", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2", "#SBATCH --output=job.out", "set -e",
         show % "batch:", "srun -E -N1 -n2 " + show % "step:", "WORLD_SIZE=4 srun -N1 -n2 python3 -c 'import smddp'", ""]))
-    p, out = run_on_cluster(tmp_path, "sbatch --wait job.sh; rc=$?; cat job.out; exit $rc")
+    (tmp_path / "one.sh").write_text("\n".join([
+        "#!/bin/bash", "#SBATCH --ntasks=1", "#SBATCH --output=one.out",
+        "python3 -c 'import smddp, os; print(\"one:\", *(os.environ.get(k) for k in (\"RANK\", \"WORLD_SIZE\", \"MASTER_ADDR\")))'",
+        ""]))
+    p, out = run_on_cluster(tmp_path, "sbatch --wait job.sh && sbatch --wait one.sh; rc=$?; cat job.out one.out; exit $rc")
     assert p.returncode == 0, out[-8000:]
     assert "batch: None None" in out, out[-8000:]
     assert sorted(line for line in out.splitlines() if line.startswith("step:")) == ["step: 0 2", "step: 1 2"], out[-8000:]
     assert out.count("smddp: WORLD_SIZE=4 is set, but the launcher says 2") == 2, out[-8000:]
+    assert "one: 0 1 127.0.0.1" in out, out[-8000:]
 
 
 def test_srun_starts_the_ranks_directly_without_torchrun(smddp_built, tmp_path):
