@@ -117,7 +117,9 @@ def _launcher(env):
         return None
     name, keys = launcher
     values = [get(k) for k in keys]
-    whys = [f"{name} {k}" if env.get(k) else f"{name} SLURM_NTASKS (a one-task batch script)" for k in keys]
+    whys = [f"{name} {k}" for k in keys]
+    if name == "Slurm" and not env.get(keys[1]):
+        whys[1] = "Slurm SLURM_NTASKS (a one-task batch script)"
     if name == "Slurm":
         per_node = _slurm_tasks_per_node(env)
         if per_node:
@@ -166,7 +168,7 @@ def fill(env=None):
         done.append((name, str(value), why))
 
     found = _launcher(env)
-    launcher = found[:1] if found else None
+    launcher = found[0] if found else None
     if found:
         for t, v, why in zip(_TORCH, found[1], found[2]):
             put(t, v, why)
@@ -182,7 +184,7 @@ def fill(env=None):
             put("MASTER_ADDR", "127.0.0.1", "every rank on this node")
         elif hosts:
             put("MASTER_ADDR", hosts[0], "first host of SM_HOSTS")
-        elif env.get("SLURM_STEP_NODELIST") and launcher and launcher[0] != "Open MPI":
+        elif env.get("SLURM_STEP_NODELIST") and launcher and launcher != "Open MPI":
             # srun: the step's first host runs its rank 0, which need not be the allocation's
             # first (a step on part of the allocation, -r, -w, concurrent steps).
             put("MASTER_ADDR", expand_first_host(env["SLURM_STEP_NODELIST"]), "first host of SLURM_STEP_NODELIST")
@@ -192,11 +194,11 @@ def fill(env=None):
         elif world == "1":
             put("MASTER_ADDR", "127.0.0.1", "a single rank")
         elif launcher:
-            print(f"smddp: RANK and WORLD_SIZE come from {launcher[0]}, but the ranks span nodes and no "
+            print(f"smddp: RANK and WORLD_SIZE come from {launcher}, but the ranks span nodes and no "
                   "launcher variable names the host of rank 0 (SM_HOSTS, SLURM_JOB_NODELIST): set MASTER_ADDR "
                   "(and MASTER_PORT) to it before init_process_group", file=sys.stderr)
     if "MASTER_ADDR" in env and "MASTER_PORT" not in env and launcher:
-        port, key = _job_port(env, launcher[0])
+        port, key = _job_port(env, launcher)
         put("MASTER_PORT", port, key if key else "torch's default")
     if "LOCAL_RANK" in env:
         put("SMDATAPARALLEL_LOCAL_RANK", env["LOCAL_RANK"], "LOCAL_RANK")

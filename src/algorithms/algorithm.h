@@ -91,9 +91,14 @@ struct Context {
     try {
       shm.wait_all(op);
     } catch (...) {
-      if (publish_failure && *publish_failure) std::rethrow_exception((*publish_failure)(std::current_exception()));
-      throw;
+      rethrow_published(publish_failure, std::current_exception());
     }
+  }
+  // Rethrows `failure`, published first where `publish` is set (then what it returns: the cause).
+  [[noreturn]] static void rethrow_published(const std::function<std::exception_ptr(std::exception_ptr)>* publish,
+                                             std::exception_ptr failure) {
+    if (publish && *publish) std::rethrow_exception((*publish)(failure));
+    std::rethrow_exception(failure);
   }
 };
 

@@ -64,8 +64,7 @@ class NetExchange {
     try {
       for (auto& h : pending_) ep_.wait(h, op_, watch_);
     } catch (...) {
-      if (publish_failure_ && *publish_failure_) std::rethrow_exception((*publish_failure_)(std::current_exception()));
-      throw;
+      Context::rethrow_published(publish_failure_, std::current_exception());
     }
     pending_.clear();
   }

@@ -66,6 +66,17 @@ size_t segment_size_setting(const char* name) {
   return static_cast<size_t>(v);
 }
 
+// SMDDP_CUDA_STAGING_PIECE, checked: 0 (whole buffers) or at least 64k, since each piece is a
+// collective of its own and pays its rounds.
+size_t staging_piece_setting() {
+  const int64_t v = config::get_int("SMDDP_CUDA_STAGING_PIECE");
+  const std::string what = "smddp: SMDDP_CUDA_STAGING_PIECE=" + config::get_string("SMDDP_CUDA_STAGING_PIECE");
+  if (v < 0) throw InvalidArgument(what + " is negative (0 stages whole buffers; else at least 64k)");
+  if (v > 0 && static_cast<size_t>(v) < kMinStagingPiece)
+    throw InvalidArgument(what + " is below 64k (each piece is a collective of its own); 0 stages whole buffers");
+  return static_cast<size_t>(v);
+}
+
 shm::GroupConfig group_config(bool oversubscribed, bool let_peers_read) {
   shm::GroupConfig c;
   c.let_peers_read = let_peers_read;
@@ -95,10 +106,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       size_(size),
       options_(std::move(options)),
       consistency_(config::get_bool("SMDDP_CHECK_CONSISTENCY")),
-      staging_piece_(static_cast<size_t>(std::max<int64_t>(0, config::get_int("SMDDP_CUDA_STAGING_PIECE")))) {
-  if (config::get_int("SMDDP_CUDA_STAGING_PIECE") < 0)
-    throw InvalidArgument("smddp: SMDDP_CUDA_STAGING_PIECE=" + config::get_string("SMDDP_CUDA_STAGING_PIECE") +
-                          " is negative (0 stages whole buffers; else at least 64k)");
+      staging_piece_(staging_piece_setting()) {
   if (!store) throw InvalidArgument("smddp: Communicator needs a store (got null)");
   if (size < 1) throw InvalidArgument("smddp: communicator size must be >= 1 (got " + std::to_string(size) + ")");
   if (rank < 0 || rank >= size)
@@ -111,9 +119,6 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   reduce::isa();                   // and SMDDP_REDUCE_ISA
   config::get_int("SMDDP_CUDA_SMS");  // and the CUDA device's, read when a CUDA tensor first comes
   config::get_bool("SMDDP_CUDA_VECTOR_REDUCE");
-  if (staging_piece_ > 0 && staging_piece_ < kMinStagingPiece)  // and a piece too small to pay its rounds
-    throw InvalidArgument("smddp: SMDDP_CUDA_STAGING_PIECE=" + config::get_string("SMDDP_CUDA_STAGING_PIECE") +
-                          " is below 64k (each piece is a collective of its own); 0 stages whole buffers");
   overrides_ = algorithms::parse_overrides(options_.algorithms);
   std::vector<const algorithms::Algorithm*> all_overrides = overrides_;
   for (const algorithms::Algorithm* a : algorithms::env_overrides()) all_overrides.push_back(a);

@@ -160,10 +160,9 @@ def test_contention_modes_smoke(smddp_built, tmp_path):
     assert not hog_processes(), "the hog mode left busy processes behind"
 
 
-def torch_collectives_module():
+def training_step_module():
     import importlib.util
-    spec = importlib.util.spec_from_file_location("torch_collectives",
-                                                  os.path.join(REPO, "benchmarks", "torch_collectives.py"))
+    spec = importlib.util.spec_from_file_location("training_step", os.path.join(REPO, "benchmarks", "training_step.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -174,7 +173,7 @@ def test_training_step_rows_check_the_trained_parameters(smddp_built, tmp_path):
     elements that differ from the model trained alone on all ranks' batches (0 for both backends).
     The check can fail: a replica that skipped the averaging (trained on its own batch alone) is
     far from that reference."""
-    bench = torch_collectives_module()
+    bench = training_step_module()
     width, steps = 16, bench.STEP_WARMUP + bench.STEP_TIMED
     reference = bench.step_reference(width, 2, steps)
     assert bench.mismatched(reference, bench.step_reference(width, 2, steps)) == 0
