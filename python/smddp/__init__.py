@@ -24,8 +24,9 @@ _BACKEND = "smddp"
 def _create_backend(store, rank, size, timeout):
     # Where the launcher left OMP_NUM_THREADS unset, torch's OpenMP pool of every rank would
     # spin on the cores the collectives need (intra_op.py; SMDDP_INTRA_OP_THREADS).
-    _intra_op.apply(store, size, timeout, _C.local_node_key())
-    return _C.create_backend(store, rank, size, timeout)
+    backend, _ = _intra_op.apply(store, size, _C.local_node_key(),
+                                 lambda: _C.create_backend(store, rank, size, timeout))
+    return backend
 
 
 def _register():

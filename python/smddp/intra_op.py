@@ -127,8 +127,8 @@ def announce(store, env, node_key, own):
 
 def node_cpus(store, env, node_key, timeout):
     """The number of CPUs in the union of the node's ranks' affinities (announce()), or None:
-    a node-mate that did not say within `timeout` (late to init_process_group, or
-    LOCAL_WORLD_SIZE wrong), a store that failed, a value that is not a CPU list."""
+    a node-mate that did not say within `timeout` (LOCAL_WORLD_SIZE names more ranks than the
+    node has), a store that failed, a value that is not a CPU list."""
     keys = _exchange_keys(env, node_key)
     if keys is None:
         return None
@@ -140,15 +140,27 @@ def node_cpus(store, env, node_key, timeout):
             union |= parse_cpu_list(v.decode() if isinstance(v, (bytes, bytearray)) else str(v))
         return len(union) or None
     except Exception as e:  # noqa: BLE001 - whatever went wrong, torch's threads stay
-        print(f"smddp: {ENV}: the node's ranks did not all say their CPUs within {timeout}: "
+        print(f"smddp: {ENV}: the node's ranks did not all say their CPUs within {timeout} "
+              f"(is LOCAL_WORLD_SIZE={env.get('LOCAL_WORLD_SIZE')} this node's number of ranks?): "
               f"torch's threads left as they are ({e})", file=sys.stderr, flush=True)
         return None
 
 
-def apply(store, size, timeout, node_key, setting=None):
-    """Resizes torch's intra-op pool as plan() says, once per process, at the first backend that
-    spans the world (every rank of the node creates it, so the exchange cannot wait on a rank
-    outside a subgroup). Returns the threads set, or None."""
+# How long a rank waits for its node-mates' CPUs once its backend exists: every rank announced
+# them before it began making its backend, and this rank's backend exists only once every rank
+# has begun, so the keys are there unless LOCAL_WORLD_SIZE names more ranks than the node has.
+COLLECT_TIMEOUT = timedelta(seconds=10)
+
+
+def apply(store, size, node_key, create_backend, setting=None):
+    """Makes the backend (create_backend()) and resizes torch's intra-op pool as plan() says, once
+    per process, at the first backend that spans the world (every rank of the node creates it, so
+    the exchange cannot wait on a rank outside a subgroup). Returns (backend, threads set or None).
+
+    The CPUs are announced before the backend is made and read after: making it waits, up to
+    init_process_group's timeout and naming whoever is missing, for every rank to arrive. Read
+    before, a node-mate late to init_process_group (rank 0 downloading the model first) would have
+    had to arrive within a wait of this module's own, or torch's threads stayed as they were."""
     global _decided
     env = os.environ
     if setting is None:
@@ -159,26 +171,25 @@ def apply(store, size, timeout, node_key, setting=None):
         world = None
     if _decided or size != world:
         plan(setting, env, 1, None, 1, 1)  # nothing to decide here; a bad value is still an error
-        return None
+        return create_backend(), None
     import torch
     _decided = True
     try:
         own = os.sched_getaffinity(0)
     except (AttributeError, OSError):
         own = set(range(os.cpu_count() or 1))
-    # Every rank of the node announces its CPUs, whatever it decides, so a node-mate that does
-    # not answer is late to init_process_group or LOCAL_WORLD_SIZE is wrong: a bounded wait,
-    # then torch's threads stay.
-    timeout = min(timeout, timedelta(seconds=120)) if isinstance(timeout, timedelta) else timedelta(seconds=120)
+    plan(setting, env, 1, None, 1, 1)  # a bad value fails before anything is made
+    # Every rank of the node announces its CPUs, whatever it decides.
     announced = announce(store, env, node_key, own)
+    backend = create_backend()
     now = torch.get_num_threads()
     n, why = plan(setting, env, now, _at_import, len(own),
-                  lambda: node_cpus(store, env, node_key, timeout) if announced else None)
+                  lambda: node_cpus(store, env, node_key, COLLECT_TIMEOUT) if announced else None)
     if n is None:
-        return None
+        return backend, None
     torch.set_num_threads(n)
     if env.get("LOCAL_RANK", "0") == "0" and setting.strip().lower() in ("", "auto"):
         print(f"smddp: {why}: torch's intra-op threads set from {now} to {n} per rank, so that torch's "
               f"OpenMP pool does not spin on the cores the collectives need (as torchrun's OMP_NUM_THREADS=1; "
               f"{ENV}=keep leaves them)", file=sys.stderr, flush=True)
-    return n
+    return backend, n

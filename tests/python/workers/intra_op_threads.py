@@ -1,6 +1,7 @@
 """torch's intra-op threads before and after init_process_group(backend="smddp") for a rank
-whose launcher left OMP_NUM_THREADS unset (argv[1]: "unset") or set it (anything else); argv[2]
-(any): the script sets its own count after import smddp.
+whose launcher left OMP_NUM_THREADS unset (argv[1]: "unset") or set it (anything else); argv[2]:
+"after", the script sets its own count after import smddp; "4 before", torch has 4 threads before
+import smddp, as libgomp gives a machine of 4 cores by default (this one may have a single core).
 Prints 'rank R threads BEFORE AFTER' and 'rank R ALL OK', or the error init raised."""
 import os
 import sys
@@ -12,10 +13,14 @@ if sys.argv[1] == "unset":
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+mode = sys.argv[2] if len(sys.argv) > 2 else ""
+if mode.endswith(" before"):
+    torch.set_num_threads(int(mode.split()[0]))
+
 import smddp  # noqa: E402,F401
 
 rank = int(os.environ["RANK"])
-if len(sys.argv) > 2:  # the script's own choice after import smddp: one more than torch's default
+if mode == "after":  # the script's own choice after import smddp: one more than torch's default
     torch.set_num_threads(torch.get_num_threads() + 1)
 before = torch.get_num_threads()
 try:
