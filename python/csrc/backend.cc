@@ -6,9 +6,8 @@
 
 #include <Python.h>
 
-#include <cstdlib>
-
 #include "backend_internal.h"
+#include "core/config.h"
 #ifdef SMDDP_TORCH_CUDA
 #include "cuda_glue.h"
 #endif
@@ -27,7 +26,7 @@ ProcessGroupSmddp::ProcessGroupSmddp(const c10::intrusive_ptr<::c10d::Store>& st
   // with the backward pass; ranks issuing to two groups in different orders must not block each
   // other); synchronous ones run inline anyway (guarded(), InlineScope). SMDDP_INLINE=1 runs
   // every call inline when the engine is idle.
-  if (!std::getenv("SMDDP_INLINE")) o.inline_execution = false;
+  if (!smddp::config::is_set("SMDDP_INLINE")) o.inline_execution = false;
   comm_ = std::make_unique<smddp::Communicator>(std::make_shared<C10dStore>(store), rank, size, o);
 }
 

@@ -21,7 +21,7 @@ const std::vector<Param>& params() {
       {"SMDDP_ONE_SHOT_MAX", "32k", "Largest allreduce (bytes) sent by the one-shot algorithm when not forced."},
       {"SMDDP_HIER_SLICE", "4m", "Bytes of the message per pipelined slice of the hierarchical algorithms across nodes. Must be equal on every rank (compared with each collective's arguments when SMDDP_CHECK_CONSISTENCY is on)."},
       {"SMDDP_HIER_SMALL_MAX", "64k", "Largest allreduce (bytes) across nodes sent by the two-round hier_small algorithm when not forced."},
-      {"SMDDP_INLINE", "1", "1: run a collective on the calling thread when the engine is idle (lower latency)."},
+      {"SMDDP_INLINE", "1", "1: run a collective on the calling thread when the engine is idle (lower latency). The PyTorch backend: 0 unless set."},
       {"SMDDP_ENGINE_DOZE_US", "1000", "For SMDDP_ENGINE_DOZE_WINDOW_US after an operation was queued, the idle engine thread sleeps this long at a time, and a collective queued meanwhile does not wake it: the engine leaves it to its caller's wait() until it is this old, then starts it, and later ones wake the engine again until a caller's wait() runs one. Point-to-point ops, CUDA collectives, expedite()/getFuture(), timed waits and waits that cannot run their collective themselves always wake it. 0: every queued operation wakes the engine thread."},
       {"SMDDP_ENGINE_DOZE_WINDOW_US", "20000", "How long after the last queued operation the idle engine thread dozes (SMDDP_ENGINE_DOZE_US) before it sleeps until woken (an idle communicator then uses no CPU)."},
       {"SMDDP_HOST_COPY", "auto", "auto: where memcpy is measured 3x slower with its destination 16 bytes past its source than 64 bytes past (glibc's rep movsb on AMD EPYC: 20x), a host-memory copy of 512 bytes to 4 MiB whose destination lies 1-63 bytes past its source modulo 4096 goes through a vector loop (AVX2, else SSE2), every other copy through memcpy; elsewhere (Intel, whose rep movsb has no such penalty and beats the loop) memcpy for every copy. libc: memcpy for every copy. avx2, sse2: the same copies through that loop (an error where the CPU lacks it, or off x86-64, when a communicator is made)."},
@@ -51,6 +51,11 @@ std::string get_string(const char* name) {
   const Param& p = find(name);
   const char* v = std::getenv(name);
   return v ? std::string(v) : std::string(p.default_value);
+}
+
+bool is_set(const char* name) {
+  find(name);
+  return std::getenv(name) != nullptr;
 }
 
 int64_t get_int(const char* name) {

@@ -23,5 +23,8 @@ const std::vector<Param>& params();
 std::string get_string(const char* name);
 int64_t get_int(const char* name);  // accepts suffixes k, m, g (KiB, MiB, GiB)
 bool get_bool(const char* name);    // 1/true/yes/on
+// Whether the environment sets the parameter at all (a caller whose default differs from the
+// table's: the PyTorch backend's SMDDP_INLINE).
+bool is_set(const char* name);
 
 }  // namespace smddp::config

@@ -74,4 +74,9 @@ TEST(Config, ParsesSizesAndBooleans) {
   unsetenv("SMDDP_CHECK_CONSISTENCY");
   EXPECT_TRUE(smddp::config::get_bool("SMDDP_CHECK_CONSISTENCY"));  // on by default
   EXPECT_THROW(smddp::config::get_string("SMDDP_NOT_A_PARAM"), std::logic_error);
+  EXPECT_FALSE(smddp::config::is_set("SMDDP_CHECK_CONSISTENCY"));
+  setenv("SMDDP_CHECK_CONSISTENCY", "", 1);
+  EXPECT_TRUE(smddp::config::is_set("SMDDP_CHECK_CONSISTENCY"));  // set, if empty
+  unsetenv("SMDDP_CHECK_CONSISTENCY");
+  EXPECT_THROW(smddp::config::is_set("SMDDP_NOT_A_PARAM"), std::logic_error);
 }
