@@ -1,5 +1,7 @@
 // Reduction kernels against a scalar loop, for every ISA this CPU has, every dtype and op,
 // odd lengths (vector tails), many sources, aliasing of dst and a source, and f16/bf16 rounding.
+#include "reduce/reduce.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 
 #include "reduce/element_io.h"
 #include "reduce/half.h"
-#include "reduce/reduce.h"
 #include "smddp/errors.h"
 
 namespace {
@@ -46,34 +47,57 @@ double scalar_ref(const std::vector<std::vector<double>>& in, size_t i, ReduceOp
   for (size_t s = 0; s < in.size(); ++s) {
     double v = in[s][i];
     if (op == ReduceOp::premul_sum) v *= factor;
-    if (s == 0) { acc = v; continue; }
+    if (s == 0) {
+      acc = v;
+      continue;
+    }
     if (is_bool) {
       bool a = acc != 0, b = v != 0;
       acc = (op == ReduceOp::prod || op == ReduceOp::min || op == ReduceOp::band) ? (a && b)
-            : op == ReduceOp::bxor ? (a != b) : (a || b);
+            : op == ReduceOp::bxor                                                ? (a != b)
+                                                                                  : (a || b);
       continue;
     }
     switch (op) {
-      case ReduceOp::prod: acc *= v; break;
-      case ReduceOp::min: acc = std::min(acc, v); break;
-      case ReduceOp::max: acc = std::max(acc, v); break;
-      case ReduceOp::band: acc = static_cast<double>(static_cast<int64_t>(acc) & static_cast<int64_t>(v)); break;
-      case ReduceOp::bor: acc = static_cast<double>(static_cast<int64_t>(acc) | static_cast<int64_t>(v)); break;
-      case ReduceOp::bxor: acc = static_cast<double>(static_cast<int64_t>(acc) ^ static_cast<int64_t>(v)); break;
-      default: acc += v; break;
+      case ReduceOp::prod:
+        acc *= v;
+        break;
+      case ReduceOp::min:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::max:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::band:
+        acc = static_cast<double>(static_cast<int64_t>(acc) & static_cast<int64_t>(v));
+        break;
+      case ReduceOp::bor:
+        acc = static_cast<double>(static_cast<int64_t>(acc) | static_cast<int64_t>(v));
+        break;
+      case ReduceOp::bxor:
+        acc = static_cast<double>(static_cast<int64_t>(acc) ^ static_cast<int64_t>(v));
+        break;
+      default:
+        acc += v;
+        break;
     }
   }
   return acc;  // avg's division is applied by the caller (float vs integer semantics)
 }
 
-void put(void* p, size_t i, DataType t, double v) { store_element(p, i, t, v); }
-double get(const void* p, size_t i, DataType t) { return load_element(p, i, t); }
+void put(void* p, size_t i, DataType t, double v) {
+  store_element(p, i, t, v);
+}
+double get(const void* p, size_t i, DataType t) {
+  return load_element(p, i, t);
+}
 
 struct Isa {
   const char* name;
   void (*fn)(const ReduceArgs&);
   bool available;
 };
+void PrintTo(const Isa& isa, std::ostream* os) { *os << isa.name; }  // in test names, not its bytes
 
 std::vector<Isa> isas() {
 #if defined(__x86_64__)
@@ -86,12 +110,24 @@ std::vector<Isa> isas() {
 #endif
 }
 
-TEST(ReduceKernels, EveryIsaDtypeOpMatchesScalarLoop) {
-  const DataType types[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i8,
+// One test per instruction set this build has, so that one the CPU lacks shows as skipped,
+// naming it, rather than left out of a test that passes.
+class ReduceIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().available) GTEST_SKIP() << "this CPU lacks " << GetParam().name;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ReduceIsa, ::testing::ValuesIn(isas()),
+                         [](const ::testing::TestParamInfo<Isa>& p) { return std::string(p.param.name); });
+
+TEST_P(ReduceIsa, EveryDtypeOpMatchesScalarLoop) {
+  const DataType types[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,   DataType::i8,
                             DataType::u8,  DataType::i32, DataType::i64, DataType::boolean};
   std::mt19937 rng(42);
-  for (const auto& isa : isas()) {
-    if (!isa.available) continue;
+  {
+    const Isa& isa = GetParam();
     for (DataType t : types) {
       for (int o = 0; o < kNumReduceOps; ++o) {
         const auto op = static_cast<ReduceOp>(o);
@@ -105,7 +141,7 @@ TEST(ReduceKernels, EveryIsaDtypeOpMatchesScalarLoop) {
               for (size_t i = 0; i < n; ++i) {
                 double v = (op == ReduceOp::band || op == ReduceOp::bor || op == ReduceOp::bxor)
                                ? static_cast<double>(rng() % 128)
-                           : op == ReduceOp::prod ? static_cast<double>(rng() % 3 + 1)
+                           : op == ReduceOp::prod                        ? static_cast<double>(rng() % 3 + 1)
                            : t == DataType::u8 || t == DataType::boolean ? static_cast<double>(rng() % 2)
                                                                          : static_cast<double>(rng() % 17) - 8;
                 put(bufs[static_cast<size_t>(s)].data(), i, t, v);
@@ -139,9 +175,10 @@ TEST(ReduceKernels, EveryIsaDtypeOpMatchesScalarLoop) {
                 put(tmp.data(), 0, t, static_cast<double>(p));
                 want = get(tmp.data(), 0, t);
               }
-              const double tol = t == DataType::f16 ? 2e-3 * std::max(1.0, std::fabs(want))
+              const double tol = t == DataType::f16    ? 2e-3 * std::max(1.0, std::fabs(want))
                                  : t == DataType::bf16 ? 1e-2 * std::max(1.0, std::fabs(want))
-                                 : is_floating(t) ? 1e-6 * std::max(1.0, std::fabs(want)) : 0;
+                                 : is_floating(t)      ? 1e-6 * std::max(1.0, std::fabs(want))
+                                                       : 0;
               ASSERT_LE(std::fabs(get(dst.data(), i, t) - want), tol)
                   << isa.name << ' ' << to_string(t) << ' ' << to_string(op) << " nsrc=" << nsrc << " n=" << n
                   << " i=" << i;
@@ -168,13 +205,13 @@ TEST(ReduceKernels, HalfAccumulatesInFloatAndRoundsOnce) {
 // AVX-512 copies), rounding once: here -1 + 1.00000012 * 1.5 gave 1.5 * 2^-23 there and 2^-22 on
 // the scalar copy, so ranks on different paths (SMDDP_REDUCE_ISA, or nodes with other CPUs)
 // disagreed. The library is built with -ffp-contract=off.
-TEST(ReduceKernels, PremulSumRoundsTheProductOnEveryIsa) {
+TEST_P(ReduceIsa, PremulSumRoundsTheProduct) {
   const float a = -1.0f, b = 0.0f, c = 1.00000012f;  // 0x3F800001: c * 1.5 is a tie in f32
   const void* srcs[] = {&a, &b, &c};
   volatile float product = c * 1.5f;  // rounded on its own, wherever this test is compiled
   const float want = (a * 1.5f + b * 1.5f) + product;
-  for (const auto& isa : isas()) {
-    if (!isa.available) continue;
+  {
+    const Isa& isa = GetParam();
     float out = 0;
     isa.fn({&out, srcs, 3, 1, DataType::f32, Reduction::premul_sum(1.5), 3});
     EXPECT_EQ(out, want) << isa.name << ": " << out << " (a fused multiply-add gives 1.78813934e-07)";
@@ -184,14 +221,14 @@ TEST(ReduceKernels, PremulSumRoundsTheProductOnEveryIsa) {
 // avg of 8-bit integers divides by the world size, which does not fit in 8 bits from 128 (i8) or
 // 256 (u8) ranks: it was narrowed to the element type first (-128 / -128 = 1 for 128 ranks
 // averaging -1; a divisor of 0, SIGFPE, for 256 ranks of u8).
-TEST(ReduceKernels, IntegerAvgDividesByTheWholeWorldSize) {
-  for (const auto& isa : isas()) {
-    if (!isa.available) continue;
+TEST_P(ReduceIsa, IntegerAvgDividesByTheWholeWorldSize) {
+  {
+    const Isa& isa = GetParam();
     const int8_t m1 = -1;
     const void* s8[] = {&m1};
     int8_t out8 = 0;
     isa.fn({&out8, s8, 1, 1, DataType::i8, ReduceOp::avg, 128});  // one rank's partial sum, -1, over 128 ranks
-    EXPECT_EQ(out8, 0) << isa.name << " i8";                     // -1 / 128 truncates to 0
+    EXPECT_EQ(out8, 0) << isa.name << " i8";                      // -1 / 128 truncates to 0
     const int8_t minus128 = -128;
     const void* s8b[] = {&minus128};
     isa.fn({&out8, s8b, 1, 1, DataType::i8, ReduceOp::avg, 128});
@@ -212,7 +249,7 @@ TEST(ReduceKernels, IntegerAvgDividesByTheWholeWorldSize) {
 // instead of launching the kernel), the kernels write exactly the source's bytes; the scaling
 // ops, several sources and unsupported pairs are never copies.
 TEST(ReduceKernels, OneSourceCopiesAreWhatTheKernelsWrite) {
-  const DataType types[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i8,
+  const DataType types[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,   DataType::i8,
                             DataType::u8,  DataType::i32, DataType::i64, DataType::boolean};
   std::mt19937_64 rng(7);
   size_t copies = 0;
@@ -227,13 +264,14 @@ TEST(ReduceKernels, OneSourceCopiesAreWhatTheKernelsWrite) {
           for (size_t i = 0; i < n; ++i) {
             // Any bits of the type, but no NaN (a kernel may quiet one) and bools of 0 and 1.
             const double v = t == DataType::boolean ? static_cast<double>(rng() % 2)
-                             : is_floating(t)       ? static_cast<double>(static_cast<int64_t>(rng() % 200001) - 100000) / 64
-                                                    : static_cast<double>(static_cast<int64_t>(rng() % 255) - 127);
+                             : is_floating(t) ? static_cast<double>(static_cast<int64_t>(rng() % 200001) - 100000) / 64
+                                              : static_cast<double>(static_cast<int64_t>(rng() % 255) - 127);
             put(src.data(), i, t, t == DataType::u8 ? std::fabs(v) : v);
           }
           const void* srcs[] = {src.data()};
           const ReduceArgs a{dst.data(), srcs, 1, n, t, red, divisor};
-          const bool scales = (op == ReduceOp::avg && divisor != 1) || (op == ReduceOp::premul_sum && red.factor != 1.0);
+          const bool scales =
+              (op == ReduceOp::avg && divisor != 1) || (op == ReduceOp::premul_sum && red.factor != 1.0);
           EXPECT_EQ(is_copy(a), supports(t, op) && !scales) << to_string(t) << ' ' << to_string(op) << " /" << divisor;
           if (!is_copy(a)) continue;
           ++copies;
