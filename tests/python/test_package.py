@@ -24,6 +24,7 @@ def test_bad_arguments_are_python_exceptions(smddp_built):
 def test_init_timeout_is_honoured_and_names_the_missing_rank(smddp_built):
     p = torchrun(SCRIPT, 2, "timeout", timeout=120)
     assert "rank 0 ALL OK" in p.stdout, (p.stdout + p.stderr)[-5000:]
+    assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]  # and neither rank crashed on its way out
 
 
 SMALL_DEV_SHM = ["unshare", "--mount", "sh", "-c", 'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$@"', "sh"]
