@@ -340,15 +340,15 @@ std::exception_ptr CommunicatorImpl::cause_of_transfer_failure(const OpInfo& op,
   }
 }
 
-void CommunicatorImpl::agreement_round(const OpInfo& op) {
+void CommunicatorImpl::agreement_round(algorithms::Context& ctx) {
   shm_->begin_round();
   shm_->arrive();
-  shm_->wait_all(op);
+  ctx.wait_all();
 }
 
 void CommunicatorImpl::agree_across_nodes(algorithms::Context& ctx, const Fingerprint& mine) {
 #ifdef SMDDP_HAVE_LIBFABRIC
-  const std::vector<Finding> found = share_findings(*shm_, ctx.op, exchange_fingerprints(ctx, mine));
+  const std::vector<Finding> found = share_findings(ctx, exchange_fingerprints(ctx, mine));
   if (found.empty()) return;
   // This node's ranks agree (the shared-memory round compared them first): name them beside
   // every rank elsewhere that one of them found differing.
@@ -416,7 +416,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
       const Fingerprint fp = fingerprint(op.coll_seq, args, algo, piece_elements);
       shm_->announce(fp);
       if (multi_node_) agree_across_nodes(ctx, fp);
-      else if (empty) agreement_round(op);
+      else if (empty) agreement_round(ctx);
     }
     if (empty) return;
     SMDDP_LOG(TRACE, rank_) << op.describe() << ": " << algorithms::to_string(args.kind) << ':' << algo->name
@@ -427,7 +427,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     } else {
       algo->run(ctx, args);
       ctx.dev.fence();  // the outputs are complete when the collective is
-      if (shm_->announcement_pending()) agreement_round(op);  // an algorithm that never synchronised
+      if (shm_->announcement_pending()) agreement_round(ctx);  // an algorithm that never synchronised
     }
     scratch_->trim(kScratchKeep);
   } catch (...) {
@@ -463,7 +463,7 @@ void CommunicatorImpl::run_staged(algorithms::Context& ctx, OpInfo& op, const Co
     HostStaging staging(*staging_pool_);
     const CollArgs host_args = staging.stage_in(dev, args, rank_, size_);
     algo.run(ctx, host_args);
-    if (shm_->announcement_pending()) agreement_round(op);
+    if (shm_->announcement_pending()) agreement_round(ctx);
     staging.stage_out(dev);  // only after success: a failed collective leaves the outputs alone
   } else {
     // Piece k runs as collective number coll_seq + k (collective() reserved them), so its
@@ -479,7 +479,7 @@ void CommunicatorImpl::run_staged(algorithms::Context& ctx, OpInfo& op, const Co
     staging.run([&](const CollArgs& piece, size_t k) {
       op.coll_seq = restore.first + k;
       algo.run(ctx, piece);
-      if (shm_->announcement_pending()) agreement_round(op);
+      if (shm_->announcement_pending()) agreement_round(ctx);
     });
   }
   staging_pool_->trim(kScratchKeep);

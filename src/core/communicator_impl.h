@@ -77,7 +77,7 @@ class CommunicatorImpl {
   device::Device& device_for(const Memory& m);
   device::PeerWindows* windows_for(const Memory& m);
   // One shared-memory round with no data: compares the announced fingerprints.
-  void agreement_round(const OpInfo& op);
+  void agreement_round(algorithms::Context& ctx);
   // The same across nodes: swaps fingerprints with the other nodes, then a shared-memory round
   // compares this node's and shares what each rank found; throws MismatchError naming both sides.
   void agree_across_nodes(algorithms::Context& ctx, const shm::Group::Fingerprint& mine);

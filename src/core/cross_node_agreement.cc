@@ -23,14 +23,15 @@ Finding exchange_fingerprints(algorithms::Context& ctx, const Fingerprint& mine)
   return {};
 }
 
-std::vector<Finding> share_findings(shm::Group& shm, const OpInfo& op, const Finding& mine) {
+std::vector<Finding> share_findings(algorithms::Context& ctx, const Finding& mine) {
+  shm::Group& shm = ctx.shm;
   // words[0]: the partner's rank + 1 (0: nothing found), words[1..]: its fingerprint.
   const int parity = shm.begin_round();
   uint64_t* w = shm.words(shm.rank(), parity);
   w[0] = static_cast<uint64_t>(mine.rank + 1);
   std::memcpy(&w[1], mine.fp.data(), sizeof(Fingerprint));
   shm.arrive();
-  shm.wait_all(op);
+  ctx.wait_all();
   std::vector<const uint64_t*> words;
   for (int r = 0; r < shm.size(); ++r) words.push_back(shm.words(r, parity));
   return read_findings(words);

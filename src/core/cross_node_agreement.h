@@ -26,8 +26,9 @@ Finding exchange_fingerprints(algorithms::Context& ctx, const Fingerprint& mine)
 
 // One shared-memory round among this node's ranks in which each publishes its finding (it
 // also compares the node's fingerprints, if one was announced: Group::announce). Returns the
-// findings of all the node's ranks, lowest rank first, each rank once.
-std::vector<Finding> share_findings(shm::Group& shm, const OpInfo& op, const Finding& mine);
+// findings of all the node's ranks, lowest rank first, each rank once. A node-mate that failed
+// is published before it unwinds (Context::wait_all).
+std::vector<Finding> share_findings(algorithms::Context& ctx, const Finding& mine);
 
 // The findings in that round's words, as the node's ranks wrote them (words[r]: local rank r's
 // Group::kWords; [0] the partner's rank + 1, 0 for nothing found; [1..] its fingerprint): lowest
