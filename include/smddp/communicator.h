@@ -41,6 +41,13 @@ struct Options {
   // at once and overlap; it runs its synchronous calls inline with an InlineScope instead.
   // Either way, wait() runs a collective that the engine thread has not started yet.
   std::optional<bool> inline_execution;
+  // This process's local rank on its node among all the job's processes (torchrun's LOCAL_RANK),
+  // which picks the NIC its traffic between nodes takes: local rank l drives GPU l and the NIC
+  // nearest it, or NIC l mod NICs. Unset: its local rank in this communicator, which is the same
+  // for a communicator of all the node's processes, but 0 on every process of a subgroup with
+  // one process per node (HSDP's replicate groups, a device mesh's data-parallel dimension), so
+  // that all of a node's processes would share its first NIC.
+  std::optional<int> local_rank;
 };
 
 // While an InlineScope(true) lives on a thread, a collective that thread issues to an idle

@@ -17,11 +17,12 @@
 namespace smddp::torch_backend {
 
 ProcessGroupSmddp::ProcessGroupSmddp(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                                     std::chrono::milliseconds timeout)
+                                     std::chrono::milliseconds timeout, int local_rank)
     : ::c10d::Backend(rank, size) {
   smddp::Options o;
   o.timeout = timeout;
   o.name = "torch";
+  if (local_rank >= 0) o.local_rank = local_rank;
   // async_op=True calls go to the engine thread and return at once (DDP overlaps its buckets
   // with the backward pass; ranks issuing to two groups in different orders must not block each
   // other); synchronous ones run inline anyway (guarded(), InlineScope). SMDDP_INLINE=1 runs
@@ -47,10 +48,11 @@ ProcessGroupSmddp::~ProcessGroupSmddp() {
 
 c10::intrusive_ptr<::c10d::Backend> ProcessGroupSmddp::create(const c10::intrusive_ptr<::c10d::Store>& store,
                                                               int rank, int size,
-                                                              const std::chrono::duration<float>& timeout) {
+                                                              const std::chrono::duration<float>& timeout,
+                                                              int local_rank) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   if (ms.count() <= 0) ms = std::chrono::minutes(30);
-  return c10::make_intrusive<ProcessGroupSmddp>(store, rank, size, ms);
+  return c10::make_intrusive<ProcessGroupSmddp>(store, rank, size, ms, local_rank);
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::make_work(::c10d::OpType type, std::vector<smddp::Work> ops,

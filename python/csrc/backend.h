@@ -20,13 +20,16 @@ namespace smddp::torch_backend {
 
 class ProcessGroupSmddp final : public ::c10d::Backend {
  public:
+  // local_rank: the process's LOCAL_RANK (< 0: unknown), which picks its NIC in every group
+  // (smddp::Options::local_rank).
   ProcessGroupSmddp(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                    std::chrono::milliseconds timeout);
+                    std::chrono::milliseconds timeout, int local_rank = -1);
   ~ProcessGroupSmddp() override;
 
-  // The creator registered with torch.distributed.Backend.register_backend.
+  // The creator that smddp/__init__.py registers with torch.distributed.Backend.register_backend.
   static c10::intrusive_ptr<::c10d::Backend> create(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
-                                                    int size, const std::chrono::duration<float>& timeout);
+                                                    int size, const std::chrono::duration<float>& timeout,
+                                                    int local_rank = -1);
 
   const std::string getBackendName() const override { return "smddp"; }
 

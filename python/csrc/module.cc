@@ -17,7 +17,9 @@ PYBIND11_MODULE(_C, m) {
   m.attr("__version__") = smddp::version();
   m.attr("torch_version_built") = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
   m.def("create_backend", &smddp::torch_backend::ProcessGroupSmddp::create, py::arg("store"), py::arg("rank"),
-        py::arg("size"), py::arg("timeout"), "Creates the smddp c10d backend (called by torch.distributed).");
+        py::arg("size"), py::arg("timeout"), py::arg("local_rank") = -1,
+        "Creates the smddp c10d backend (called by torch.distributed); local_rank: the process's LOCAL_RANK, "
+        "which picks its NIC in every group (-1: its local rank in the group).");
   m.def("build_info", &smddp::build_info);
   m.def("local_node_key", &smddp::topology::local_node_key,
         "This rank's node as the communicator groups ranks (SMDDP_NODE_ID, else host name and boot id).");

@@ -7,6 +7,8 @@ Importing this package registers the "smddp" backend with torch.distributed, and
 started by mpirun, srun or SageMaker rather than torchrun, fills the rendezvous variables
 torch's env:// needs from the launcher's own (smddp.launch_env; never overriding any).
 """
+import os as _os
+
 import torch
 import torch.distributed as _dist
 
@@ -25,8 +27,19 @@ def _create_backend(store, rank, size, timeout):
     # Where the launcher left OMP_NUM_THREADS unset, torch's OpenMP pool of every rank would
     # spin on the cores the collectives need (intra_op.py; SMDDP_INTRA_OP_THREADS).
     backend, _ = _intra_op.apply(store, size, _C.local_node_key(),
-                                 lambda: _C.create_backend(store, rank, size, timeout))
+                                 lambda: _C.create_backend(store, rank, size, timeout, _local_rank()))
     return backend
+
+
+def _local_rank():
+    """The process's LOCAL_RANK (torchrun's, or filled from the launcher), -1 if unknown. It picks
+    the NIC of every group's traffic between nodes: in a subgroup with one process per node (HSDP's
+    replicate groups) each process's rank within the group's node is 0."""
+    try:
+        r = int(_os.environ.get("LOCAL_RANK", ""))
+    except ValueError:
+        return -1
+    return r if r >= 0 else -1
 
 
 def _register():

@@ -112,6 +112,9 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   if (rank < 0 || rank >= size)
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
   if (options_.timeout.count() <= 0) throw InvalidArgument("smddp: timeout must be positive");
+  if (options_.local_rank && *options_.local_rank < 0)
+    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": Options::local_rank " +
+                          std::to_string(*options_.local_rank) + " is negative");
   store_ = std::make_shared<PrefixStore>(next_store_prefix(*store, options_.name, rank), std::move(store));
   algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
   device::host_copy_kind();     // and a bad SMDDP_HOST_COPY
@@ -147,7 +150,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
       throw;
     }
-    net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, topo_.local_rank(), options_.timeout);
+    const int nic_rank = options_.local_rank.value_or(topo_.local_rank());
+    net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, nic_rank, options_.timeout);
     pair_order_ = PairOrder(size);
     shm_->set_idle_hook([ep = net_.get()] { ep->progress(); });
     // Scratch buffers are registered with the network once, when made (where the provider

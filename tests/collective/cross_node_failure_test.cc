@@ -251,24 +251,46 @@ TEST(CrossNodeTraffic, HierarchicalAlgorithmsSendTheOptimumPerHost) {
   }
 }
 
+// The rail tests: 2 hosts of 2 ranks, each host with two links (eth0, eth1), a 16 MiB allreduce.
+constexpr int kRailHosts = 2, kRailPerHost = 2, kRails = 2;
+constexpr size_t kRailBytes = size_t{16} << 20;
+
+RunOptions two_rail_options(const NetnsHosts& hosts) {
+  RunOptions ro = hosts_options(hosts, kRailHosts, kRailPerHost);
+  ro.env = {{"SMDDP_OFI_RAILS", "eth0,eth1"}};
+  return ro;
+}
+
+// Bytes each host has sent over each of its links since this was made.
+class LinkCounters {
+ public:
+  LinkCounters(const NetnsHosts& hosts, int n_hosts, int rails) : hosts_(hosts), rails_(rails) {
+    for (int h = 0; h < n_hosts; ++h)
+      for (int r = 0; r < rails; ++r) before_.push_back(hosts.bytes_sent(h, r));
+  }
+  double operator()(int host, int rail) const {
+    return static_cast<double>(hosts_.bytes_sent(host, rail) - before_[static_cast<size_t>(host * rails_ + rail)]);
+  }
+
+ private:
+  const NetnsHosts& hosts_;
+  int rails_;
+  std::vector<uint64_t> before_;
+};
+
 // Two links per host (rails eth0, eth1; SMDDP_OFI_RAILS names both): local rank l drives rail l,
 // so the hierarchical allreduce's traffic splits evenly over a host's links, and every rank
 // still reaches every other (alltoall crosses rails: rank 0 on eth0 to rank 3 on eth1).
 TEST(CrossNodeTraffic, RanksSpreadOverRails) {
-  constexpr int kHosts = 2, kPerHost = 2, kRails = 2;
-  constexpr size_t kBytes = size_t{16} << 20;
-  NetnsHosts hosts(kHosts, "", kRails);
+  NetnsHosts hosts(kRailHosts, "", kRails);
   if (!hosts.available()) GTEST_SKIP() << hosts.why_unavailable();
-  RunOptions ro = hosts_options(hosts, kHosts, kPerHost);
-  ro.env = {{"SMDDP_OFI_RAILS", "eth0,eth1"}};
-  std::vector<uint64_t> before;
-  for (int h = 0; h < kHosts; ++h)
-    for (int r = 0; r < kRails; ++r) before.push_back(hosts.bytes_sent(h, r));
-  auto res = run_ranks(kHosts * kPerHost, [&](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+  const RunOptions ro = two_rail_options(hosts);
+  const LinkCounters sent(hosts, kRailHosts, kRails);
+  auto res = run_ranks(kRailHosts * kRailPerHost, [&](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;
     o.algorithms = "allreduce:hier";
     Communicator c(store, rank, w, o);
-    std::vector<float> v(kBytes / 4, 1.0f);
+    std::vector<float> v(kRailBytes / 4, 1.0f);
     c.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
     if (v[4321] != static_cast<float>(w)) rep.fail("allreduce: wrong result");
     std::vector<int32_t> in(static_cast<size_t>(w)), out(static_cast<size_t>(w));
@@ -278,15 +300,46 @@ TEST(CrossNodeTraffic, RanksSpreadOverRails) {
       if (out[static_cast<size_t>(s)] != s * 100 + rank) rep.fail("alltoall: wrong block from rank " + std::to_string(s));
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
-  const double optimum = 2.0 * (kHosts - 1) / kHosts * kBytes;
-  std::printf("allreduce of %zu MiB, %d hosts x %d ranks, %d rails each: bytes per link\n", kBytes >> 20, kHosts,
-              kPerHost, kRails);
-  for (int h = 0; h < kHosts; ++h)
+  const double optimum = 2.0 * (kRailHosts - 1) / kRailHosts * kRailBytes;
+  std::printf("allreduce of %zu MiB, %d hosts x %d ranks, %d rails each: bytes per link\n", kRailBytes >> 20,
+              kRailHosts, kRailPerHost, kRails);
+  for (int h = 0; h < kRailHosts; ++h)
     for (int r = 0; r < kRails; ++r) {
-      const double sent = static_cast<double>(hosts.bytes_sent(h, r) - before[static_cast<size_t>(h * kRails + r)]);
-      std::printf("  host %d eth%d %12.0f (%.3f of the host's optimum)\n", h, r, sent, sent / optimum);
-      EXPECT_GE(sent, optimum / kRails * 0.99) << "host " << h << " rail " << r;
-      EXPECT_LE(sent, optimum / kRails * 1.10) << "host " << h << " rail " << r;
+      const double bytes = sent(h, r);
+      std::printf("  host %d eth%d %12.0f (%.3f of the host's optimum)\n", h, r, bytes, bytes / optimum);
+      EXPECT_GE(bytes, optimum / kRails * 0.99) << "host " << h << " rail " << r;
+      EXPECT_LE(bytes, optimum / kRails * 1.10) << "host " << h << " rail " << r;
+    }
+}
+
+// A subgroup with one process per node (HSDP's replicate groups, a device mesh's data-parallel
+// dimension) has local rank 0 everywhere: each process names its own local rank on the node
+// (Options::local_rank; the torch backend passes LOCAL_RANK), so the node's two groups take its
+// two links. Before, both groups' traffic went over eth0.
+TEST(CrossNodeTraffic, ASubgroupOfOneProcessPerNodeTakesTheProcesssOwnRail) {
+  NetnsHosts hosts(kRailHosts, "", kRails);
+  if (!hosts.available()) GTEST_SKIP() << hosts.why_unavailable();
+  const RunOptions ro = two_rail_options(hosts);
+  const LinkCounters sent(hosts, kRailHosts, kRails);
+  auto res = run_ranks(kRailHosts * kRailPerHost, [&](int rank, int, std::shared_ptr<Store> store, Report& rep) {
+    const int local = rank % kRailPerHost;  // ranks 0, 2 make group 0; ranks 1, 3 group 1
+    Options o;
+    o.name = "replicate" + std::to_string(local);
+    o.local_rank = local;
+    Communicator c(store, rank / kRailPerHost, kRailHosts, o);
+    std::vector<float> v(kRailBytes / 4, static_cast<float>(rank));
+    c.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
+    const float want = static_cast<float>(local + (local + kRailPerHost));  // the group's two ranks
+    if (v[4321] != want) rep.fail("allreduce: wrong result");
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+  // Each group's two ranks each send about the whole buffer (2 (G-1)/G with G = 2 nodes).
+  for (int h = 0; h < kRailHosts; ++h)
+    for (int r = 0; r < kRails; ++r) {
+      const double bytes = sent(h, r);
+      std::printf("  host %d eth%d %12.0f bytes (%.3f of one group's)\n", h, r, bytes, bytes / kRailBytes);
+      EXPECT_GE(bytes, kRailBytes * 0.99) << "host " << h << " rail " << r;
+      EXPECT_LE(bytes, kRailBytes * 1.10) << "host " << h << " rail " << r;
     }
 }
 

@@ -118,6 +118,16 @@ TEST(Failure, TinyStagingPieceIsRejectedAtConstruction) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+TEST(Failure, NegativeLocalRankIsRejectedAtConstruction) {
+  auto res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.local_rank = -1;
+    expect_throw<InvalidArgument>(rep, "local_rank -1", [&] { Communicator c(store, rank, w, o); },
+                                  "Options::local_rank -1 is negative");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // Shared-memory sizes out of range are refused at construction, naming the setting: a negative
 // SMDDP_SHM_FIFO spun forever in the constructor (its power of two wrapped to 0), and a negative
 // SMDDP_SHM_CHUNK made slots of 0 bytes, so a broadcast ran no rounds and returned with the
