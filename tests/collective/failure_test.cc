@@ -118,6 +118,43 @@ TEST(Failure, TinyStagingPieceIsRejectedAtConstruction) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// Local rank 0 unlinks the node's segment once every node-mate has mapped it. Killed before that
+// (torchrun's SIGTERM when a node-mate fails at start-up), it leaves the name in /dev/shm, and
+// every elastic restart added one more: the next creator in this pid namespace unlinks it.
+TEST(Failure, ASegmentLeftByAKilledCreatorIsUnlinkedByTheNextCreator) {
+  // Rank 1 opens the segment but never attaches (its layout differs: an error on its side), so
+  // rank 0 waits for it until it is killed.
+  RunOptions ro;
+  ro.rank_env = {{{"SMDDP_SHM_CHUNK", "256k"}}, {{"SMDDP_SHM_CHUNK", "512k"}}};
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report&) {
+    if (rank == 0)
+      std::thread([] {
+        std::this_thread::sleep_for(1500ms);
+        ::kill(::getpid(), SIGKILL);
+      }).detach();
+    Options o;
+    o.timeout = 20s;
+    try {
+      Communicator c(store, rank, w, o);
+    } catch (const InvalidArgument&) {
+    }
+  }, ro);
+  std::string left;
+  for (const auto& p : res.problems)
+    if (p.rfind("leaked /dev/shm/", 0) == 0) left = "/dev/shm/" + p.substr(std::strlen("leaked /dev/shm/"));
+  ASSERT_FALSE(left.empty()) << "the killed creator left no segment: " << res.summary();
+  ASSERT_EQ(::access(left.c_str(), F_OK), 0) << left;
+  res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator c(store, rank, w, Options{});
+    std::vector<float> v(16, 1.0f);
+    c.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
+    if (v[3] != 2.0f) rep.fail("allreduce: wrong result");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+  EXPECT_NE(::access(left.c_str(), F_OK), 0) << left << " is still there";
+  ::unlink(left.c_str());
+}
+
 TEST(Failure, NegativeLocalRankIsRejectedAtConstruction) {
   auto res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;

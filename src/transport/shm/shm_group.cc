@@ -1,7 +1,9 @@
 #include "transport/shm/shm_group.h"
 
+#include <dirent.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <signal.h>
@@ -99,6 +101,30 @@ std::string random_token() {
   return os.str();
 }
 
+// A segment's name: its creator's pid and pid namespace, and a random token.
+std::string segment_name(uint64_t pidns) {
+  return "/smddp-" + std::to_string(::getpid()) + "-" + std::to_string(pidns) + "-" + random_token();
+}
+
+// Local rank 0 unlinks the node's segment once every node-mate has mapped it; killed before that
+// (SIGKILL, or torchrun's SIGTERM when a node-mate failed at start-up) it leaves the name behind,
+// and every elastic restart would add one until /dev/shm is full. So a creator first unlinks the
+// segments of dead creators in its own pid namespace (a pid of another namespace that shares this
+// /dev/shm, a container of the same pod, cannot be looked up from here); a pid reused since is
+// taken as alive and its segment left.
+void unlink_orphaned_segments(uint64_t pidns) {
+  DIR* dir = ::opendir("/dev/shm");
+  if (!dir) return;
+  while (const dirent* e = ::readdir(dir)) {
+    int pid = 0, end = 0;
+    unsigned long long ns = 0;
+    if (std::sscanf(e->d_name, "smddp-%d-%llu-%*[0-9a-f]%n", &pid, &ns, &end) == 2 && end > 0 &&
+        e->d_name[end] == '\0' && ns == pidns && pid != ::getpid() && process_dead(pid))
+      ::shm_unlink(("/" + std::string(e->d_name)).c_str());
+  }
+  ::closedir(dir);
+}
+
 // The fix a NoRoomError's message ends with.
 const std::string kMoreRoom =
     "give /dev/shm more room (docker run --shm-size=1g; on Kubernetes an emptyDir of medium Memory at /dev/shm)";
@@ -178,7 +204,8 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
 
   auto deadline = Clock::now() + timeout;
   if (rank == 0) {
-    std::string name = "/smddp-" + std::to_string(::getpid()) + "-" + random_token();
+    if (pidns_ != 0) unlink_orphaned_segments(pidns_);
+    const std::string name = segment_name(pidns_);
     try {
       // Everything but the rings of the point-to-point FIFOs, which most jobs never use: a
       // sender reserves its ring before its first push (fifo_push), and a receiver reads a ring

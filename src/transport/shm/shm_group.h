@@ -2,7 +2,8 @@
 //
 // One segment per communicator, created by local rank 0 under a random name (mode 0600) and
 // unlinked as soon as every rank has mapped it, so it never outlives the processes, whatever
-// way they exit. It holds:
+// way they exit; where rank 0 dies before that, the next rank 0 on the node unlinks it
+// (unlink_orphaned_segments). It holds:
 //   - per rank, a step counter: arrive() bumps mine; wait_all() waits until every rank's counter
 //     reaches mine. Collectives are sequences of such rounds.
 //   - per rank, two staging slots (by round parity). A round writes my slot, arrives, waits for
