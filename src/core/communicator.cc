@@ -100,7 +100,12 @@ void Work::expedite() const {
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options options)
     : impl_(std::make_unique<detail::CommunicatorImpl>(std::move(store), rank, size, std::move(options))) {}
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  // In a child forked from the process that made it, what it holds is the parent's (shared
+  // memory, sockets, an engine thread that does not exist here): leave it all. Its memory is the
+  // child's own copy, gone when the child exits.
+  if (impl_ && impl_->forked_away()) (void)impl_.release();
+}
 
 int Communicator::rank() const { return impl_->rank(); }
 int Communicator::size() const { return impl_->size(); }

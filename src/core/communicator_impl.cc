@@ -1,5 +1,7 @@
 #include "core/communicator_impl.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -8,6 +10,7 @@
 #include "algorithms/registry.h"
 #include "core/config.h"
 #include "core/fingerprint.h"
+#include "core/fork_generation.h"
 #include "core/logging.h"
 #include "core/p2p.h"
 #include "core/host_staging.h"
@@ -102,7 +105,9 @@ shm::GroupConfig group_config(bool oversubscribed, bool let_peers_read) {
 }  // namespace
 
 CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options options)
-    : rank_(rank),
+    : fork_generation_(fork_generation()),
+      creator_pid_(static_cast<int>(::getpid())),
+      rank_(rank),
       size_(size),
       options_(std::move(options)),
       consistency_(config::get_bool("SMDDP_CHECK_CONSISTENCY")),
@@ -207,6 +212,16 @@ CommunicatorImpl::~CommunicatorImpl() {
   engine_->shutdown(std::make_exception_ptr(AbortedError("smddp: the communicator was destroyed")));
   engine_.reset();
   shm_->depart();
+}
+
+bool CommunicatorImpl::forked_away() const { return fork_generation() != fork_generation_; }
+
+void CommunicatorImpl::check_process(const char* op) const {
+  if (!forked_away()) return;
+  throw InvalidArgument(prefix() + op + ": this communicator was made in process " + std::to_string(creator_pid_) +
+                        ", and process " + std::to_string(::getpid()) +
+                        " is a child forked from it (a DataLoader worker, multiprocessing's fork start method): only "
+                        "the process that made a communicator can use it");
 }
 
 std::string CommunicatorImpl::prefix() const { return "smddp: rank " + std::to_string(rank_) + ": "; }
@@ -575,6 +590,7 @@ device::PeerWindows* CommunicatorImpl::windows_for(const Memory& m) {
 }
 
 Work CommunicatorImpl::collective(CollArgs args) {
+  check_process(algorithms::to_string(args.kind));
   check_memory(args.memory, algorithms::to_string(args.kind));
   if (args.memory.kind == Memory::Kind::cuda && args.memory.stream)
     args.ready = device::cuda_event_after(args.memory.stream, args.memory.device);
@@ -660,6 +676,7 @@ Work CommunicatorImpl::point_to_point(const char* name, int peer, bool is_send, 
 }
 
 Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t tag, const Memory& memory) {
+  check_process("send");
   check_memory(memory, "send");
   const int local = local_index(peer);
   return point_to_point("send", peer, true, const_cast<void*>(buf), bytes, memory, [&](void* p) {
@@ -673,6 +690,7 @@ Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t ta
 }
 
 Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag, const Memory& memory) {
+  check_process("recv");
   check_memory(memory, "recv");
   const int local = local_index(peer);
   return point_to_point("recv", peer, false, buf, bytes, memory, [&](void* p) {
@@ -686,6 +704,7 @@ Work CommunicatorImpl::recv(void* buf, size_t bytes, int peer, uint32_t tag, con
 }
 
 Work CommunicatorImpl::recv_any(void* buf, size_t bytes, uint32_t tag, const Memory& memory) {
+  check_process("recv");
   check_memory(memory, "recv");
   auto source = std::make_shared<std::atomic<int>>(-1);
   return point_to_point("recv", -1, false, buf, bytes, memory, [&](void* p) {
@@ -698,6 +717,9 @@ Work CommunicatorImpl::recv_any(void* buf, size_t bytes, uint32_t tag, const Mem
   }, source);
 }
 
-void CommunicatorImpl::abort(const std::string& reason) { abort_everywhere("rank " + std::to_string(rank_) + ": " + reason); }
+void CommunicatorImpl::abort(const std::string& reason) {
+  check_process("abort");
+  abort_everywhere("rank " + std::to_string(rank_) + ": " + reason);
+}
 
 }  // namespace smddp::detail

@@ -53,6 +53,12 @@ class CommunicatorImpl {
   // At call time: CUDA memory is usable here (built with CUDA, a driver, the device exists);
   // throws InvalidArgument naming the op and the reason otherwise.
   void check_memory(const Memory& m, const char* op) const;
+  // This process made the communicator (not a child forked from it: fork_generation.h); throws
+  // InvalidArgument naming the op otherwise.
+  void check_process(const char* op) const;
+  // Whether this is a child forked from the process that made the communicator: its destructor
+  // must then leave the shared state, the engine thread (absent here) and the sockets alone.
+  bool forked_away() const;
 
  private:
   OpInfo make_op(const char* name, int peer = -1);
@@ -105,6 +111,8 @@ class CommunicatorImpl {
   void drain_after_failure(const Memory& m) noexcept;
   std::string prefix() const;
 
+  uint64_t fork_generation_;  // the process's at construction (fork_generation.h)
+  int creator_pid_;
   std::shared_ptr<Store> store_;
   int rank_;
   int size_;

@@ -4,6 +4,7 @@
 // after every run).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -153,6 +154,46 @@ TEST(Failure, ASegmentLeftByAKilledCreatorIsUnlinkedByTheNextCreator) {
   ASSERT_TRUE(res.ok()) << res.summary();
   EXPECT_NE(::access(left.c_str(), F_OK), 0) << left << " is still there";
   ::unlink(left.c_str());
+}
+
+// A child forked from a rank (a torch DataLoader worker) shares its shared memory but not its
+// engine thread: a collective it issued ran as that rank, so the peer reduced the child's data
+// with its own, and the child's teardown told the peer that the rank had left. Now the child gets
+// an error naming the fork, and its teardown leaves the parent's communicator alone.
+TEST(Failure, AForkedChildCannotUseItsParentsCommunicatorNorEndIt) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = 10s;
+    auto c = std::make_unique<Communicator>(store, rank, w, o);
+    if (rank == 0) {
+      const pid_t child = ::fork();
+      if (child == 0) {
+        int code = 0;
+        try {
+          std::vector<float> v(16, 1000.0f);
+          c->allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
+          code = 2;  // it ran
+        } catch (const InvalidArgument& e) {
+          code = std::strstr(e.what(), "is a child forked from it") ? 0 : 3;
+        } catch (...) {
+          code = 4;
+        }
+        c.reset();  // must not tell rank 1 that rank 0 left
+        ::_exit(code);
+      }
+      int status = 0;
+      ::waitpid(child, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        rep.fail("the child's allreduce: exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                 " (0: refused, naming the fork; 2: it ran)");
+    }
+    for (int i = 0; i < 5; ++i) {
+      std::vector<float> v(16, static_cast<float>(rank + 1));
+      c->allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
+      if (v[7] != 3.0f) rep.fail("allreduce " + std::to_string(i) + " gave " + std::to_string(v[7]) + ", not 3");
+    }
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
 }
 
 TEST(Failure, NegativeLocalRankIsRejectedAtConstruction) {
