@@ -21,6 +21,10 @@ def test_bad_arguments_are_python_exceptions(smddp_built):
     assert_all_ok(torchrun(SCRIPT, 2, "bad_args"), 2)
 
 
+def test_a_dataloader_worker_cannot_use_the_group_nor_end_it(smddp_built):
+    assert_all_ok(torchrun(SCRIPT, 2, "dataloader_fork", timeout=180), 2)
+
+
 def test_init_timeout_is_honoured_and_names_the_missing_rank(smddp_built):
     p = torchrun(SCRIPT, 2, "timeout", timeout=120)
     assert "rank 0 ALL OK" in p.stdout, (p.stdout + p.stderr)[-5000:]

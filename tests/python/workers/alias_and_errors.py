@@ -53,6 +53,30 @@ elif mode == "timeout":
     if rank == 0:
         done()  # exits 1 on failure
     os._exit(0)  # the communicator is aborted: leave without the (now failing) teardown
+elif mode == "dataloader_fork":
+    # A DataLoader worker (forked after init) that calls a collective: an error naming the fork,
+    # not a collective run as this rank; and the worker's end leaves this rank's group working.
+    class CallsACollective(torch.utils.data.Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            try:
+                dist.all_reduce(torch.full((4,), 1000.0))
+                return "it ran"
+            except Exception as e:  # noqa: BLE001 - the message is what counts
+                return str(e)
+
+    got = list(torch.utils.data.DataLoader(CallsACollective(), batch_size=None, num_workers=1,
+                                           multiprocessing_context="fork"))
+    check("a DataLoader worker's collective is refused, naming the fork",
+          all("is a child forked from it" in g for g in got), got)
+    for _ in range(3):
+        t = torch.full((4,), float(rank + 1))
+        dist.all_reduce(t)
+        check("the group still sums after the worker ended", torch.equal(t, torch.full((4,), world * (world + 1) / 2)),
+              t.tolist())
+    dist.destroy_process_group()
 elif mode == "bad_args":
     try:
         dist.all_gather([torch.empty(3), torch.empty(4)][:world], torch.ones(3))
