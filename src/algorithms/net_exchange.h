@@ -55,8 +55,13 @@ class NetExchange {
   void await_ready(int receiver) { pending_.push_back(ep_.recv(receiver, nullptr, 0, ready_tag())); }
 
   // The step of the cross-node fingerprint exchange (core/cross_node_agreement.cc), which runs
-  // before the algorithm; algorithms' own steps wrap below it.
-  static constexpr uint32_t kAgreementStep = 0xFFE;
+  // before the algorithm: a value no algorithm's step reaches, sent as 0xFFE.
+  static constexpr uint32_t kAgreementStep = 0xFFFFFFFFu;
+  // The 12 bits of a tag that carry `step`: algorithms' own steps wrap below 0xFFE (step 4094 of
+  // a hierarchical reduce_scatter of 16 GiB, slice 2047 of an allreduce of 8 GiB had the
+  // fingerprint exchange's 0xFFE: harmless only while those messages are consumed first);
+  // 0xFFE is the fingerprint exchange's, 0xFFF the ready token's.
+  static constexpr uint32_t step_field(uint32_t step) { return step == kAgreementStep ? 0xFFE : step % 0xFFE; }
 
   // Waits for everything posted so far (deadline: the operation's). A failure is published
   // before this object's destructor cancels what is still posted (Context::publish_failure).
@@ -70,11 +75,8 @@ class NetExchange {
   }
 
  private:
-  // Bit 31 marks collective traffic; point-to-point tags stay below it. Steps wrap below 0xFFE;
-  // 0xFFE is the fingerprint exchange's, 0xFFF the ready token's.
-  uint32_t tag(uint32_t step) const {
-    return base() | (step == kAgreementStep ? step : step % kAgreementStep);
-  }
+  // Bit 31 marks collective traffic; point-to-point tags stay below it.
+  uint32_t tag(uint32_t step) const { return base() | step_field(step); }
   uint32_t ready_tag() const { return base() | 0xFFF; }
   uint32_t base() const { return 0x80000000u | static_cast<uint32_t>((op_.coll_seq & 0x7FFFF) << 12); }
   ofi::Endpoint& ep_;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/net_exchange.h"
 #include "collective/far_device.h"
 #include "collective/harness.h"
 #include "device/cuda.h"
@@ -196,6 +197,17 @@ TEST_P(CrossNodeStaging, EveryCollectiveOnDeviceMemoryMatchesTheReference) {
 
 // Ranks whose SMDDP_CUDA_STAGING_PIECE differs would cut one collective differently: the
 // fingerprint says so before any piece runs, and nothing is written.
+// Every algorithm step wraps below the fingerprint exchange's 0xFFE and the ready token's 0xFFF:
+// step 4094 (a hierarchical reduce_scatter's slice 4094, 16 GiB at 4 MiB slices) had 0xFFE.
+TEST(NetExchangeTags, NoAlgorithmStepSharesTheFingerprintExchangesField) {
+  using smddp::algorithms::NetExchange;
+  EXPECT_EQ(NetExchange::step_field(NetExchange::kAgreementStep), 0xFFEu);
+  for (uint32_t step : {0u, 1u, 4093u, 4094u, 4095u, 8188u, 0x7FFFFFFFu, 0xFFFFFFFEu}) {
+    EXPECT_LT(NetExchange::step_field(step), 0xFFEu) << "step " << step;
+  }
+  EXPECT_EQ(NetExchange::step_field(4094), NetExchange::step_field(0));  // wraps
+}
+
 TEST(CrossNodeStagingPieces, RanksThatCutACollectiveDifferentlyDisagree) {
   RunOptions ro = pretend_nodes(Layout{2, 2, "64k"});
   ro.rank_env[3].push_back({"SMDDP_CUDA_STAGING_PIECE", "128k"});
