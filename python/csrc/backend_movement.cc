@@ -248,6 +248,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::alltoall_base(at::Tensor& ou
       const size_t row = t.dim() > 0 && t.size(0) > 0 ? static_cast<size_t>(t.numel() / t.size(0)) : 0;
       int64_t total = 0;
       for (size_t j = 0; j < W; ++j) {
+        if (splits[j] < 0)  // it would wrap to about 2^64 elements, refused as an overflow not naming it
+          throw InvalidArgument(who(getRank()) + "all_to_all_single: " + which + " split " + std::to_string(j) +
+                                " is " + std::to_string(splits[j]) + " rows (negative)");
         c[j] = static_cast<size_t>(splits[j]) * row * per_elem;
         total += splits[j];
       }
