@@ -92,9 +92,11 @@ class CommunicatorImpl {
   // Marks the communicator dead here, on this node (abort word) and on other nodes (store key).
   // `mismatch`: the reason is a disagreement, raised on the other nodes as MismatchError too.
   void abort_everywhere(const std::string& reason, bool mismatch = false);
-  // While waiting on the network: throws if this node's group or (via the store) another node
-  // aborted, or the deadline passed.
+  // While waiting on the network (every 20 ms): throws if this node's group or (via the store,
+  // asked at most every kStoreWatchPeriod) another node aborted.
   void watch_remote(const OpInfo& op);
+  // The same, asking the store now.
+  void watch_remote_now(const OpInfo& op);
   // How a disagreement that this rank heard of (an abort) ends the message of `op`, a collective:
   // nothing written, or, once its algorithm had started, outputs perhaps partly written
   // (algorithms::kMaybeWritten).
@@ -153,6 +155,7 @@ class CommunicatorImpl {
   uint64_t seq_ = 0;
   uint64_t coll_seq_ = 0;
   std::atomic<bool> failed_{false};
+  std::atomic<int64_t> next_store_watch_{0};  // watch_remote: steady_clock ticks
   bool moving_data_ = false;  // the running collective's algorithm has started (engine thread)
   std::shared_ptr<engine::Engine> engine_;  // last: its thread must stop before the rest dies
 };

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "collective/harness.h"
@@ -129,6 +130,47 @@ TEST(CrossNodeFailure, ANodeWithoutSharedMemoryFailsEveryNodeAtOnce) {
   });
   if (out.rfind("skip: ", 0) == 0) GTEST_SKIP() << out.substr(6);
   EXPECT_EQ(out, "ok");
+}
+
+// The job's ranks share one store server. A rank waiting on the network asks it whether another
+// node aborted at most 4 times a second; it asked every 20 ms (the 2 s wait below: about 100).
+TEST(CrossNodeFailure, AWaitOnTheNetworkAsksTheStoreOnlyNowAndThen) {
+  struct CountingStore : Store {
+    std::shared_ptr<Store> inner;
+    std::atomic<int> abort_checks{0};
+    void set(const std::string& k, const std::vector<uint8_t>& v) override { inner->set(k, v); }
+    std::vector<uint8_t> get(const std::string& k, std::chrono::milliseconds t) override { return inner->get(k, t); }
+    int64_t add(const std::string& k, int64_t d) override { return inner->add(k, d); }
+    void wait(const std::vector<std::string>& k, std::chrono::milliseconds t) override { inner->wait(k, t); }
+    bool check(const std::string& k) override {
+      if (k.size() >= 5 && k.compare(k.size() - 5, 5, "abort") == 0) ++abort_checks;
+      return inner->check(k);
+    }
+  };
+  RunOptions ro;
+  for (int host : {0, 1}) ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(host)}});
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    auto counting = std::make_shared<CountingStore>();
+    counting->inner = store;
+    Communicator c(counting, rank, w, Options{});
+    c.barrier().wait();
+    if (rank == 1) std::this_thread::sleep_for(2s);
+    const int before = counting->abort_checks.load();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> v(1024, 1.0f);
+    c.allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
+    const int asked = counting->abort_checks.load() - before;
+    const auto waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    if (v[5] != 2.0f) rep.fail("allreduce: wrong result");
+    if (rank == 0) {
+      const std::string what = std::to_string(asked) + " store checks of the abort key in a wait of " +
+                               std::to_string(waited_ms.count()) + " ms";
+      rep.record_text("abort_checks", what);
+      if (asked > waited_ms.count() / 250 + 2) rep.fail(what);  // one per 250 ms, and one at each end
+    }
+  }, ro);
+  print_records(res, "abort_checks");
+  ASSERT_TRUE(res.ok()) << res.summary();
 }
 
 TEST(CrossNodeFlowControl, SendersCannotRunAheadOfReceivers) {
