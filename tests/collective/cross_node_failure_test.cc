@@ -173,6 +173,21 @@ TEST(CrossNodeFailure, AWaitOnTheNetworkAsksTheStoreOnlyNowAndThen) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// A torch DataLoader worker forks the rank: efa's fork support is on unless the user chose (the
+// setting only; there is no EFA here to show its effect).
+TEST(CrossNodeFailure, EfaForkSupportIsOnUnlessTheUserChose) {
+  RunOptions ro;
+  ro.rank_env = {{{"SMDDP_NODE_ID", "host0"}}, {{"SMDDP_NODE_ID", "host1"}, {"FI_EFA_FORK_SAFE", "0"}}};
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    if (rank == 0) ::unsetenv("FI_EFA_FORK_SAFE");  // whatever the test's environment had
+    Communicator c(store, rank, w, Options{});
+    const char* v = std::getenv("FI_EFA_FORK_SAFE");
+    const std::string want = rank == 0 ? "1" : "0";
+    if (!v || v != want) rep.fail("FI_EFA_FORK_SAFE is " + std::string(v ? v : "unset") + ", not " + want);
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 TEST(CrossNodeFlowControl, SendersCannotRunAheadOfReceivers) {
   NetnsHosts hosts(2);
   RunOptions ro = hosts_options(hosts, 2, 1);
