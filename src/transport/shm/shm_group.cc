@@ -129,6 +129,19 @@ void unlink_orphaned_segments(uint64_t pidns) {
 const std::string kMoreRoom =
     "give /dev/shm more room (docker run --shm-size=1g; on Kubernetes an emptyDir of medium Memory at /dev/shm)";
 
+// This process's groups that hold a segment now: a /dev/shm without room for one more may be
+// full of the others (a process group per mesh dimension, per HSDP replica...), which the
+// message then says.
+std::atomic<int> live_groups{0};
+
+// `self`: 1 where the asking group is itself counted.
+std::string other_groups_note(int self) {
+  const int n = live_groups.load(std::memory_order_relaxed) - self;
+  if (n <= 0) return "";
+  return " (this process already belongs to " + std::to_string(n) + " other communicator" + (n == 1 ? "" : "s") +
+         " on this node, each with shared memory of its own there: every process group and subgroup has one)";
+}
+
 std::string ranks_str(const std::vector<int>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -219,7 +232,8 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
       if (dynamic_cast<const NoRoomError*>(&e)) {
         const std::string n = std::to_string(size);
         why += ": the node's " + n + " ranks share 2 x " + n + " staging slots of " +
-               std::to_string(cfg_.slot_bytes) + " bytes (SMDDP_SHM_CHUNK); " + kMoreRoom + " or lower SMDDP_SHM_CHUNK";
+               std::to_string(cfg_.slot_bytes) + " bytes (SMDDP_SHM_CHUNK)" + other_groups_note(0) + "; " + kMoreRoom +
+               " or lower SMDDP_SHM_CHUNK";
       }
       // The node's other ranks wait for the name: hand them the reason instead, so that every
       // rank fails now with it, not at the timeout with none.
@@ -269,9 +283,14 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
     }
     seg_.unlink();
   }
+  live_groups.fetch_add(1, std::memory_order_relaxed);
+  counted_ = true;
 }
 
-Group::~Group() { depart(); }
+Group::~Group() {
+  depart();
+  if (counted_) live_groups.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void Group::depart() {
   if (!departed_ && seg_.data()) {
@@ -598,7 +617,7 @@ size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
     } catch (const NoRoomError& e) {
       throw SystemError(std::string(e.what()) + ": the point-to-point FIFO from rank " + std::to_string(global(rank_)) +
                         " to rank " + std::to_string(global(dst)) + " (" + std::to_string(cfg_.fifo_bytes) +
-                        " bytes, SMDDP_SHM_FIFO); " + kMoreRoom + " or lower SMDDP_SHM_FIFO");
+                        " bytes, SMDDP_SHM_FIFO)" + other_groups_note(counted_ ? 1 : 0) + "; " + kMoreRoom + " or lower SMDDP_SHM_FIFO");
     }
     ring_reserved_[static_cast<size_t>(dst)] = 1;
   }
