@@ -5,6 +5,7 @@
 // direct algorithms' measured bytes and a flat ring's computed ones.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -184,6 +185,37 @@ TEST(CrossNodeFailure, EfaForkSupportIsOnUnlessTheUserChose) {
     const char* v = std::getenv("FI_EFA_FORK_SAFE");
     const std::string want = rank == 0 ? "1" : "0";
     if (!v || v != want) rep.fail("FI_EFA_FORK_SAFE is " + std::string(v ? v : "unset") + ", not " + want);
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// Over tcp a communicator spanning nodes takes several file descriptors (a domain, an endpoint,
+// a socket per peer). At the process's limit a connection is never made and the transfer waits
+// for its deadline: the timeout then says that the descriptors ran out (it named only the peer).
+TEST(CrossNodeFailure, ATransferStarvedOfFileDescriptorsSaysSo) {
+  RunOptions ro;
+  for (int host : {0, 1}) ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(host)}});
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = 64;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+    std::vector<std::unique_ptr<Communicator>> groups;  // each a process group of a device mesh, say
+    for (int g = 0; g < 64; ++g) {
+      Options o;
+      o.timeout = 3s;
+      o.name = "group" + std::to_string(g);
+      try {
+        groups.push_back(std::make_unique<Communicator>(store, rank, w, o));
+        float f = 1;
+        groups.back()->allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+      } catch (const Error& e) {
+        if (std::string(e.what()).find("file descriptors open and its limit (ulimit -n) is 64") == std::string::npos)
+          rep.fail("group " + std::to_string(g) + ": the error does not name the descriptor limit: " + e.what());
+        return;
+      }
+    }
+    rep.fail("64 groups fit in 64 file descriptors");
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
 }

@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/failure_record.h"
+#include "core/fd_limit.h"
 #include "core/logging.h"
 #include "smddp/errors.h"
 #include "topology/pci.h"
@@ -773,7 +774,7 @@ void Endpoint::throw_if_late(const Handle& h, const OpInfo& op) const {
   const std::string peer = h->peer >= 0 ? "rank " + std::to_string(h->peer) : std::string("any rank");
   throw TimeoutError("smddp: " + op.describe() + ": timeout after " + std::to_string(op.timeout.count()) +
                          " ms waiting to " + (h->is_send ? "send to " : "receive from ") + peer + " over libfabric (" +
-                         impl_->provider + ")",
+                         impl_->provider + ")" + fd_exhaustion_note(),
                      h->peer >= 0 ? std::vector<int>{h->peer} : std::vector<int>{});
 }
 
