@@ -190,32 +190,42 @@ TEST(CrossNodeFailure, EfaForkSupportIsOnUnlessTheUserChose) {
 }
 
 // Over tcp a communicator spanning nodes takes several file descriptors (a domain, an endpoint,
-// a socket per peer). At the process's limit a connection is never made and the transfer waits
-// for its deadline: the timeout then says that the descriptors ran out (it named only the peer).
+// a socket per peer, made at the first transfer). At the process's limit a connection is never
+// made and the transfer waits for its deadline: the timeout then says that the descriptors ran
+// out (it named only the peer). Before, a job with many process groups learnt nothing more.
 TEST(CrossNodeFailure, ATransferStarvedOfFileDescriptorsSaysSo) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // UndefinedBehaviorSanitizer tests whether memory is readable through a pipe: out of
+  // descriptors it reports every virtual call on an exception as an "invalid vptr".
+  GTEST_SKIP() << "the sanitizers need file descriptors of their own";
+#endif
   RunOptions ro;
   for (int host : {0, 1}) ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(host)}});
   auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    rlimit rl{};
-    ::getrlimit(RLIMIT_NOFILE, &rl);
-    rl.rlim_cur = 64;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
-    std::vector<std::unique_ptr<Communicator>> groups;  // each a process group of a device mesh, say
-    for (int g = 0; g < 64; ++g) {
-      Options o;
-      o.timeout = 3s;
-      o.name = "group" + std::to_string(g);
-      try {
-        groups.push_back(std::make_unique<Communicator>(store, rank, w, o));
-        float f = 1;
-        groups.back()->allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
-      } catch (const Error& e) {
-        if (std::string(e.what()).find("file descriptors open and its limit (ulimit -n) is 64") == std::string::npos)
-          rep.fail("group " + std::to_string(g) + ": the error does not name the descriptor limit: " + e.what());
-        return;
-      }
+    Options o;
+    o.timeout = 3s;
+    Communicator c(store, rank, w, o);
+    rlimit saved{};
+    ::getrlimit(RLIMIT_NOFILE, &saved);
+    rlimit low = saved;
+    low.rlim_cur = 256;
+    ::setrlimit(RLIMIT_NOFILE, &low);
+    std::vector<int> filler;  // every descriptor left, taken
+    for (int fd; (fd = ::dup(0)) >= 0;) filler.push_back(fd);
+    float f = 1;
+    try {
+      c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();
+      rep.fail("the allreduce ran without a descriptor to spare");
+    } catch (const Error& e) {
+      // libfabric 1.17's tcp;ofi_rxm never reports the connection (a timeout, with our note);
+      // a provider that reports it gives its own "Too many open files".
+      const std::string what = e.what();
+      if (what.find("file descriptors open and its limit (ulimit -n) is 256") == std::string::npos &&
+          what.find("Too many open files") == std::string::npos)
+        rep.fail("the error does not name the descriptor limit: " + what);
     }
-    rep.fail("64 groups fit in 64 file descriptors");
+    for (int fd : filler) ::close(fd);
+    ::setrlimit(RLIMIT_NOFILE, &saved);
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
 }
