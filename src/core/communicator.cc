@@ -2,6 +2,7 @@
 #include "smddp/communicator.h"
 
 #include "core/communicator_impl.h"
+#include "core/fork_generation.h"
 #include "core/cpu_relax.h"
 #include "core/fingerprint.h"
 
@@ -50,8 +51,19 @@ InlineScope::~InlineScope() { engine::Engine::inline_on_this_thread() = previous
 
 bool Work::test() const { return !state_ || state_->done.load(std::memory_order_acquire); }
 
+namespace {
+// A child forked after the operation was issued must not wait for it: waiting may run a
+// collective nobody has started, as the parent's rank (fork_generation.h).
+void check_same_process(const detail::OpState& s) {
+  if (s.fork_generation != detail::OpState::kAnyProcess && s.fork_generation != detail::fork_generation())
+    throw InvalidArgument("smddp: " + s.describe() + " was issued by the process this one was forked from (a "
+                          "DataLoader worker, multiprocessing's fork start method): only that process can wait for it");
+}
+}  // namespace
+
 void Work::wait() const {
   if (!state_) return;
+  check_same_process(*state_);
   // Not started yet and next in line: run it here rather than wake the engine and sleep.
   // (A callback of a collective this thread is completing: run what is queued up to it here.)
   // (Inside such a callback, work that only the engine thread can progress: a clear error.)
@@ -71,6 +83,7 @@ void Work::wait() const {
 
 bool Work::wait_for(std::chrono::milliseconds timeout) const {
   if (!state_) return true;
+  check_same_process(*state_);
   expedite();  // it does not run the collective here: have the engine start it now
   std::unique_lock<std::mutex> lk(state_->mu);
   if (!state_->cv.wait_for(lk, timeout, [&] { return state_->done.load(std::memory_order_acquire); })) return false;
@@ -87,11 +100,13 @@ void Work::then(std::function<void(std::exception_ptr)> callback) const {
     callback(nullptr);
     return;
   }
+  check_same_process(*state_);
   state_->on_complete(std::move(callback));
 }
 
 void Work::expedite() const {
   if (!state_ || state_->done.load(std::memory_order_acquire)) return;
+  check_same_process(*state_);
   if (auto engine = state_->engine.lock()) engine->expedite(state_.get());
 }
 

@@ -619,6 +619,7 @@ Work CommunicatorImpl::collective(CollArgs args) {
     state->seq = op.seq;
     state->name = op.name;
     state->rank = rank_;
+    state->fork_generation = fork_generation_;
     engine::Task t;
     t.state = state;
     t.start_now = args.memory.kind == Memory::Kind::cuda;
@@ -640,6 +641,7 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, P2pPoll poll, std:
   state->seq = op.seq;
   state->name = op.name;
   state->rank = rank_;
+  state->fork_generation = fork_generation_;
   engine::Task t;
   t.state = state;
   t.p2p = true;

@@ -47,6 +47,10 @@ struct OpState {
   // started yet can run it itself (Engine::run_here). Weak: a Work may outlive its communicator.
   std::weak_ptr<engine::Engine> engine;
   std::shared_ptr<std::atomic<int>> source;  // receive-from-any only
+  // The process's fork generation when it was issued (core/fork_generation.h): a child forked
+  // since may not wait for it (its wait could run the parent's collective). kAnyProcess: unchecked.
+  static constexpr uint64_t kAnyProcess = ~uint64_t{0};
+  uint64_t fork_generation = kAnyProcess;
   std::atomic<bool> done{false};
   std::mutex mu;
   std::condition_variable cv;

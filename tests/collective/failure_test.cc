@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -129,8 +130,9 @@ TEST(Failure, ASegmentLeftByAKilledCreatorIsUnlinkedByTheNextCreator) {
   ro.rank_env = {{{"SMDDP_SHM_CHUNK", "256k"}}, {{"SMDDP_SHM_CHUNK", "512k"}}};
   auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report&) {
     if (rank == 0)
-      std::thread([] {
-        std::this_thread::sleep_for(1500ms);
+      std::thread([] {  // killed once its segment exists (up to 15 s: a loaded machine, qemu)
+        for (int i = 0; i < 1500 && shm_leftovers({::getpid()}).empty(); ++i) std::this_thread::sleep_for(10ms);
+        std::this_thread::sleep_for(100ms);
         ::kill(::getpid(), SIGKILL);
       }).detach();
     Options o;
@@ -164,29 +166,45 @@ TEST(Failure, AForkedChildCannotUseItsParentsCommunicatorNorEndIt) {
   auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;
     o.timeout = 10s;
+    o.inline_execution = false;  // the first allreduce goes to the engine thread, not yet done at the fork
     auto c = std::make_unique<Communicator>(store, rank, w, o);
+    if (rank == 1) std::this_thread::sleep_for(300ms);
+    std::vector<float> first(16, static_cast<float>(rank + 1));
+    Work pending = c->allreduce(first.data(), first.data(), first.size(), DataType::f32, ReduceOp::sum);
     if (rank == 0) {
       const pid_t child = ::fork();
       if (child == 0) {
         int code = 0;
-        try {
-          std::vector<float> v(16, 1000.0f);
-          c->allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
-          code = 2;  // it ran
-        } catch (const InvalidArgument& e) {
-          code = std::strstr(e.what(), "is a child forked from it") ? 0 : 3;
-        } catch (...) {
-          code = 4;
-        }
+        auto refused = [&](const std::function<void()>& f, const char* says) {
+          try {
+            f();
+            code = code ? code : 2;  // it ran
+          } catch (const InvalidArgument& e) {
+            if (!std::strstr(e.what(), says)) code = code ? code : 3;
+          } catch (...) {
+            code = code ? code : 4;
+          }
+        };
+        std::vector<float> v(16, 1000.0f);
+        refused([&] { c->allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait(); },
+                "is a child forked from it");
+        refused([&] { pending.wait(); }, "was issued by the process this one was forked from");
         c.reset();  // must not tell rank 1 that rank 0 left
         ::_exit(code);
       }
       int status = 0;
-      ::waitpid(child, &status, 0);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        rep.fail("the child's allreduce: exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
-                 " (0: refused, naming the fork; 2: it ran)");
+      for (int i = 0; i < 3000 && ::waitpid(child, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(10ms);
+      if (::waitpid(child, &status, WNOHANG) == 0) {  // still running after 30 s: it hung
+        ::kill(child, SIGKILL);
+        ::waitpid(child, &status, 0);
+        rep.fail("the child hung");
+      } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        rep.fail("the child: exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                 " (0: both refused, naming the fork; 2: one ran)");
+      }
     }
+    pending.wait();
+    if (first[7] != 3.0f) rep.fail("the allreduce issued before the fork gave " + std::to_string(first[7]));
     for (int i = 0; i < 5; ++i) {
       std::vector<float> v(16, static_cast<float>(rank + 1));
       c->allreduce(v.data(), v.data(), v.size(), DataType::f32, ReduceOp::sum).wait();
