@@ -26,20 +26,11 @@ _BACKEND = "smddp"
 def _create_backend(store, rank, size, timeout):
     # Where the launcher left OMP_NUM_THREADS unset, torch's OpenMP pool of every rank would
     # spin on the cores the collectives need (intra_op.py; SMDDP_INTRA_OP_THREADS).
+    # A subgroup's traffic between nodes takes the NIC of the process's own local rank.
+    local_rank = _launch_env.local_rank_for_group(size, _os.environ)
     backend, _ = _intra_op.apply(store, size, _C.local_node_key(),
-                                 lambda: _C.create_backend(store, rank, size, timeout, _local_rank()))
+                                 lambda: _C.create_backend(store, rank, size, timeout, local_rank))
     return backend
-
-
-def _local_rank():
-    """The process's LOCAL_RANK (torchrun's, or filled from the launcher), -1 if unknown. It picks
-    the NIC of every group's traffic between nodes: in a subgroup with one process per node (HSDP's
-    replicate groups) each process's rank within the group's node is 0."""
-    try:
-        r = int(_os.environ.get("LOCAL_RANK", ""))
-    except ValueError:
-        return -1
-    return r if r >= 0 else -1
 
 
 def _register():

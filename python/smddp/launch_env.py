@@ -214,3 +214,22 @@ def fill_and_log():
         for name, value, why in done:
             print(f"smddp: {name}={value} (from {why})", file=sys.stderr)
     return done
+
+
+def local_rank_for_group(size, env):
+    """The process's LOCAL_RANK (torchrun's, or filled from the launcher) for a subgroup's backend
+    of `size` ranks, -1 where the communicator's own topology is to decide. It picks the NIC of the
+    group's traffic between nodes: in a subgroup with one process per node (HSDP's replicate
+    groups) each process's place among the group's ranks on its node is 0. The world's group
+    knows its local ranks itself, and a LOCAL_RANK outside [0, LOCAL_WORLD_SIZE) is none."""
+    try:
+        if size == int(env.get("WORLD_SIZE", "")):
+            return -1
+    except ValueError:
+        pass
+    try:
+        r = int(env.get("LOCAL_RANK", ""))
+        n = int(env.get("LOCAL_WORLD_SIZE", str(r + 1)))
+    except ValueError:
+        return -1
+    return r if 0 <= r < n else -1

@@ -4,11 +4,14 @@
 // and reduce_scatter send each host's optimum over its link (veth counters), printed beside the
 // direct algorithms' measured bytes and a flat ring's computed ones.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <atomic>
 #include <thread>
 
@@ -174,21 +177,6 @@ TEST(CrossNodeFailure, AWaitOnTheNetworkAsksTheStoreOnlyNowAndThen) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
-// A torch DataLoader worker forks the rank: efa's fork support is on unless the user chose (the
-// setting only; there is no EFA here to show its effect).
-TEST(CrossNodeFailure, EfaForkSupportIsOnUnlessTheUserChose) {
-  RunOptions ro;
-  ro.rank_env = {{{"SMDDP_NODE_ID", "host0"}}, {{"SMDDP_NODE_ID", "host1"}, {"FI_EFA_FORK_SAFE", "0"}}};
-  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    if (rank == 0) ::unsetenv("FI_EFA_FORK_SAFE");  // whatever the test's environment had
-    Communicator c(store, rank, w, Options{});
-    const char* v = std::getenv("FI_EFA_FORK_SAFE");
-    const std::string want = rank == 0 ? "1" : "0";
-    if (!v || v != want) rep.fail("FI_EFA_FORK_SAFE is " + std::string(v ? v : "unset") + ", not " + want);
-  }, ro);
-  ASSERT_TRUE(res.ok()) << res.summary();
-}
-
 // Over tcp a communicator spanning nodes takes several file descriptors (a domain, an endpoint,
 // a socket per peer, made at the first transfer). At the process's limit a connection is never
 // made and the transfer waits for its deadline: the timeout then says that the descriptors ran
@@ -209,9 +197,12 @@ TEST(CrossNodeFailure, ATransferStarvedOfFileDescriptorsSaysSo) {
     ::getrlimit(RLIMIT_NOFILE, &saved);
     rlimit low = saved;
     low.rlim_cur = 256;
-    ::setrlimit(RLIMIT_NOFILE, &low);
+    if (::setrlimit(RLIMIT_NOFILE, &low) != 0) {
+      rep.fail(std::string("setrlimit(RLIMIT_NOFILE, 256): ") + std::strerror(errno));
+      return;
+    }
     std::vector<int> filler;  // every descriptor left, taken
-    for (int fd; (fd = ::dup(0)) >= 0;) filler.push_back(fd);
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(fd);
     float f = 1;
     try {
       c.allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();

@@ -33,6 +33,19 @@ SLURM = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4", 
          "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_NODELIST": "trn[007-008]", "SLURM_JOB_ID": "1234"}
 
 
+@pytest.mark.parametrize("size,env,want", [
+    (2, {"WORLD_SIZE": "8", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"}, 3),   # HSDP's replicate group
+    (8, {"WORLD_SIZE": "8", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"}, -1),  # the world's: its topology
+    (2, {"WORLD_SIZE": "8", "LOCAL_RANK": "4", "LOCAL_WORLD_SIZE": "4"}, -1),  # no local rank of 4 ranks
+    (2, {"WORLD_SIZE": "8", "LOCAL_RANK": "-1"}, -1),
+    (2, {"WORLD_SIZE": "8", "LOCAL_RANK": "2"}, 2),                            # LOCAL_WORLD_SIZE unknown
+    (2, {"WORLD_SIZE": "8"}, -1),
+    (2, {"LOCAL_RANK": "x", "LOCAL_WORLD_SIZE": "4"}, -1),
+])
+def test_a_subgroup_takes_the_nic_of_the_process_local_rank(size, env, want):
+    assert _launch_env().local_rank_for_group(size, env) == want
+
+
 def test_open_mpi_across_nodes_on_sagemaker():
     e = fill(dict(OMPI, SM_HOSTS='["algo-1", "algo-2"]', SM_CURRENT_HOST="algo-2"))
     assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) == ("5", "8", "1", "4")

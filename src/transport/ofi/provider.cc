@@ -53,18 +53,11 @@ InfoOwner hints_for(const char* provider, bool rma) {
 //   rxm from libfabric 1.20 on no longer reads that setting (its eager limit is its buffer
 //   size), so there messages above 16 KiB go by rendezvous read, which 1.18 fixed.
 // Measured on namespace hosts in docs/transport-between-nodes.md.
-// - efa's fork support on: a torch DataLoader worker forks the rank after init_process_group,
-//   and on a kernel without copy-on-fork for pinned pages (before 5.13: Amazon Linux 2's 5.10)
-//   libfabric's efa provider aborts the process at that fork unless it is on (rdma-core then
-//   keeps registered pages out of the child). It does nothing on newer kernels. AWS's training
-//   examples set it by hand; aws-ofi-nccl sets it on the libfabric versions that need it. Not
-//   tried here: no EFA.
 void configure_providers_once() {
   static std::once_flag once;
   std::call_once(once, [] {
     ::setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kMaxChunk).c_str(), /*overwrite=*/0);
     ::setenv("FI_OFI_RXM_SAR_LIMIT", "0", /*overwrite=*/0);
-    ::setenv("FI_EFA_FORK_SAFE", "1", /*overwrite=*/0);
   });
 }
 
