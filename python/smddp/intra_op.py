@@ -173,7 +173,6 @@ def apply(store, size, node_key, create_backend, setting=None):
         plan(setting, env, 1, None, 1, 1)  # nothing to decide here; a bad value is still an error
         return create_backend(), None
     import torch
-    _decided = True
     try:
         own = os.sched_getaffinity(0)
     except (AttributeError, OSError):
@@ -182,6 +181,7 @@ def apply(store, size, node_key, create_backend, setting=None):
     # Every rank of the node announces its CPUs, whatever it decides.
     announced = announce(store, env, node_key, own)
     backend = create_backend()
+    _decided = True  # not before: an init_process_group that failed and is tried again decides then
     now = torch.get_num_threads()
     n, why = plan(setting, env, now, _at_import, len(own),
                   lambda: node_cpus(store, env, node_key, COLLECT_TIMEOUT) if announced else None)

@@ -15,7 +15,7 @@ std::string fd_exhaustion_note() {
     while (const dirent* e = ::readdir(d))
       if (e->d_name[0] != '.') ++open;
     ::closedir(d);
-  } else if (errno == EMFILE) {
+  } else if (errno == EMFILE || errno == ENFILE) {
     open = static_cast<long>(rl.rlim_cur);  // not even one more to look with
   } else {
     return "";

@@ -9,8 +9,8 @@
 
 namespace smddp {
 
-// " (this process has 63 file descriptors open, its limit (ulimit -n) is 64: ...)" where fewer
-// than a few are left; "" otherwise. Reads /proc/self/fd: for error paths only.
+// " (this process has 63 file descriptors open and its limit (ulimit -n) is 64: ...)" where
+// fewer than a few are left; "" otherwise. Reads /proc/self/fd: for error paths only.
 std::string fd_exhaustion_note();
 
 }  // namespace smddp

@@ -111,7 +111,9 @@ std::string segment_name(uint64_t pidns) {
 // and every elastic restart would add one until /dev/shm is full. So a creator first unlinks the
 // segments of dead creators in its own pid namespace (a pid of another namespace that shares this
 // /dev/shm, a container of the same pod, cannot be looked up from here); a pid reused since is
-// taken as alive and its segment left.
+// taken as alive and its segment left. Dead means no such process (ESRCH), not process_dead's
+// zombie test: a /proc of another pid namespace (unshare -p without its own /proc) would name
+// some other process there.
 void unlink_orphaned_segments(uint64_t pidns) {
   DIR* dir = ::opendir("/dev/shm");
   if (!dir) return;
@@ -119,7 +121,7 @@ void unlink_orphaned_segments(uint64_t pidns) {
     int pid = 0, end = 0;
     unsigned long long ns = 0;
     if (std::sscanf(e->d_name, "smddp-%d-%llu-%*[0-9a-f]%n", &pid, &ns, &end) == 2 && end > 0 &&
-        e->d_name[end] == '\0' && ns == pidns && pid != ::getpid() && process_dead(pid))
+        e->d_name[end] == '\0' && ns == pidns && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH)
       ::shm_unlink(("/" + std::string(e->d_name)).c_str());
   }
   ::closedir(dir);
