@@ -20,8 +20,8 @@ namespace smddp::torch_backend {
 
 class ProcessGroupSmddp final : public ::c10d::Backend {
  public:
-  // local_rank: the process's LOCAL_RANK (< 0: unknown), which picks its NIC in every group
-  // (smddp::Options::local_rank).
+  // local_rank: the process's LOCAL_RANK for a subgroup, which picks its NIC there (< 0: the
+  // communicator's own topology decides; smddp::Options::local_rank, launch_env.local_rank_for_group).
   ProcessGroupSmddp(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                     std::chrono::milliseconds timeout, int local_rank = -1);
   ~ProcessGroupSmddp() override;

@@ -19,7 +19,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("create_backend", &smddp::torch_backend::ProcessGroupSmddp::create, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout"), py::arg("local_rank") = -1,
         "Creates the smddp c10d backend (called by torch.distributed); local_rank: the process's LOCAL_RANK, "
-        "which picks its NIC in every group (-1: its local rank in the group).");
+        "which picks a subgroup's NIC (-1: the group's own topology decides).");
   m.def("build_info", &smddp::build_info);
   m.def("local_node_key", &smddp::topology::local_node_key,
         "This rank's node as the communicator groups ranks (SMDDP_NODE_ID, else host name and boot id).");

@@ -55,7 +55,7 @@ namespace {
 // A child forked after the operation was issued must not wait for it: waiting may run a
 // collective nobody has started, as the parent's rank (fork_generation.h).
 void check_same_process(const detail::OpState& s) {
-  if (s.fork_generation != detail::OpState::kAnyProcess && s.fork_generation != detail::fork_generation())
+  if (s.fork_generation != detail::OpState::kAnyProcess && detail::forked_since(s.fork_generation))
     throw InvalidArgument("smddp: " + s.describe() + " was issued by the process this one was forked from (a "
                           "DataLoader worker, multiprocessing's fork start method): only that process can wait for it");
 }

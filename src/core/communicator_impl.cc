@@ -214,7 +214,7 @@ CommunicatorImpl::~CommunicatorImpl() {
   shm_->depart();
 }
 
-bool CommunicatorImpl::forked_away() const { return fork_generation() != fork_generation_; }
+bool CommunicatorImpl::forked_away() const { return forked_since(fork_generation_); }
 
 void CommunicatorImpl::check_process(const char* op) const {
   if (!forked_away()) return;

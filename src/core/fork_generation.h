@@ -16,4 +16,7 @@ namespace smddp::detail {
 // pthread_atfork handler, registered at the first call; a relaxed load after that).
 uint64_t fork_generation();
 
+// Whether this process is a child forked since `generation` was this process's.
+inline bool forked_since(uint64_t generation) { return fork_generation() != generation; }
+
 }  // namespace smddp::detail

@@ -136,7 +136,7 @@ const std::string kMoreRoom =
 // message then says.
 std::atomic<int> live_groups{0};
 
-// `self`: 1 where the asking group is itself counted.
+// `self`: 1 where the asking group is itself counted (once constructed).
 std::string other_groups_note(int self) {
   const int n = live_groups.load(std::memory_order_relaxed) - self;
   if (n <= 0) return "";
@@ -285,13 +285,12 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
     }
     seg_.unlink();
   }
-  live_groups.fetch_add(1, std::memory_order_relaxed);
-  counted_ = true;
+  live_groups.fetch_add(1, std::memory_order_relaxed);  // last: a constructor that threw is not counted
 }
 
 Group::~Group() {
   depart();
-  if (counted_) live_groups.fetch_sub(1, std::memory_order_relaxed);
+  live_groups.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Group::depart() {
@@ -619,7 +618,7 @@ size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
     } catch (const NoRoomError& e) {
       throw SystemError(std::string(e.what()) + ": the point-to-point FIFO from rank " + std::to_string(global(rank_)) +
                         " to rank " + std::to_string(global(dst)) + " (" + std::to_string(cfg_.fifo_bytes) +
-                        " bytes, SMDDP_SHM_FIFO)" + other_groups_note(counted_ ? 1 : 0) + "; " + kMoreRoom + " or lower SMDDP_SHM_FIFO");
+                        " bytes, SMDDP_SHM_FIFO)" + other_groups_note(1) + "; " + kMoreRoom + " or lower SMDDP_SHM_FIFO");
     }
     ring_reserved_[static_cast<size_t>(dst)] = 1;
   }

@@ -184,7 +184,6 @@ class Group {
   uint64_t round_ = 0;
   uint64_t pidns_ = 0;
   bool departed_ = false;
-  bool counted_ = false;  // in the process's count of groups holding a segment (NoRoom messages)
   std::function<void()> idle_;
   std::vector<const void*> fifo_owner_;  // [outgoing * size_ + peer]: the op moving a message
   // [dst]: this rank reserved the ring of its FIFO to dst (fifo_push); touched, like
