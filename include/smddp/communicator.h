@@ -114,6 +114,11 @@ class Communicator {
   int rank() const;
   int size() const;
   const Options& options() const;
+  // This process's local rank on its node as the communicator's traffic between nodes uses it to
+  // pick a NIC: Options::local_rank where set, else its place among this communicator's ranks
+  // on its node. A communicator made from this one's ranks (torch's split_group) passes it on,
+  // so that the subgroup's traffic takes this process's own NIC.
+  int process_local_rank() const;
 
   Work allreduce(const void* send, void* recv, size_t count, DataType type, Reduction op, Memory memory = {});
   // Several tensors' worth in one allreduce (torch's allreduce_coalesced, gradient buckets): the

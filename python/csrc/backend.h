@@ -80,6 +80,20 @@ class ProcessGroupSmddp final : public ::c10d::Backend {
   void startCoalescing() override;
   c10::intrusive_ptr<::c10d::Work> endCoalescing() override;
 
+#ifdef SMDDP_TORCH_SPLIT
+  // Backend splitting (backend_split.cc): torch's split_group, and init_device_mesh where the
+  // default group is bound to a device (init_process_group(device_id=...)), make subgroups by
+  // calling split() on every rank of the parent. A member gets a new communicator over the
+  // members alone, made from the store torch passes; a rank outside the new group gets null.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<::c10d::Backend::Options> getBackendOptions() override;
+  c10::intrusive_ptr<::c10d::Backend> split(const c10::intrusive_ptr<::c10d::Store>& store,
+                                            const std::vector<int>& ranks,
+                                            const c10::intrusive_ptr<::c10d::Backend::Options>& opts) override;
+#endif
+  // Groups split from this one so far (torch names a split's description by it).
+  uint64_t split_count() const { return splits_; }
+
  private:
   // Wraps finished submissions into the Work PyTorch gets (and records it when coalescing).
   c10::intrusive_ptr<::c10d::Work> make_work(::c10d::OpType type, std::vector<smddp::Work> ops,
@@ -118,6 +132,12 @@ class ProcessGroupSmddp final : public ::c10d::Backend {
 
   std::unique_ptr<smddp::Communicator> comm_;
   uint64_t seq_ = 0;
+  uint64_t splits_ = 0;
+  // The last split: ProcessGroup::splitGroup calls split() once per device type the parent has
+  // a backend for, and this one backend serves both cpu and cuda; the second call, with the same
+  // store and group name, must get the same group, not rendezvous again under the same keys.
+  std::string last_split_name_;
+  c10::weak_intrusive_ptr<::c10d::Backend> last_split_{c10::intrusive_ptr<::c10d::Backend>()};
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<::c10d::Work>> coalesced_;
 };

@@ -20,6 +20,18 @@ PYBIND11_MODULE(_C, m) {
         py::arg("size"), py::arg("timeout"), py::arg("local_rank") = -1,
         "Creates the smddp c10d backend (called by torch.distributed); local_rank: the process's LOCAL_RANK, "
         "which picks a subgroup's NIC (-1: the group's own topology decides).");
+  // The backend's own Python type (torch's functions receive it as a Backend, which it is): what
+  // torch looks for on a backend that splits, beyond the C++ interface.
+  py::class_<smddp::torch_backend::ProcessGroupSmddp, ::c10d::Backend,
+             c10::intrusive_ptr<smddp::torch_backend::ProcessGroupSmddp>>(m, "ProcessGroupSmddp",
+                                                                          "The smddp c10d backend.")
+      // torch 2.14's new_group, where the default group is bound to a device and its backend
+      // splits, calls this on every rank left out of the new group (for ncclCommSplit, which
+      // needs the whole parent). smddp's members rendezvous among themselves: nothing to do.
+      .def("perform_nocolor_split", [](smddp::torch_backend::ProcessGroupSmddp&, const py::object&) {},
+           py::arg("device"), "No-op: an smddp subgroup is made by its members alone.")
+      .def("comm_split_count", &smddp::torch_backend::ProcessGroupSmddp::split_count,
+           "How many groups were split from this one.");
   m.def("build_info", &smddp::build_info);
   m.def("local_node_key", &smddp::topology::local_node_key,
         "This rank's node as the communicator groups ranks (SMDDP_NODE_ID, else host name and boot id).");

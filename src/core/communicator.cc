@@ -125,6 +125,7 @@ Communicator::~Communicator() {
 int Communicator::rank() const { return impl_->rank(); }
 int Communicator::size() const { return impl_->size(); }
 const Options& Communicator::options() const { return impl_->options(); }
+int Communicator::process_local_rank() const { return impl_->process_local_rank(); }
 
 namespace {
 void check_reduction(const detail::CommunicatorImpl& c, DataType t, Reduction op, const char* name) {

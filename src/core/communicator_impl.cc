@@ -155,8 +155,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
       throw;
     }
-    const int nic_rank = options_.local_rank.value_or(topo_.local_rank());
-    net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, nic_rank, options_.timeout);
+    net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, process_local_rank(), options_.timeout);
     pair_order_ = PairOrder(size);
     shm_->set_idle_hook([ep = net_.get()] { ep->progress(); });
     // Scratch buffers are registered with the network once, when made (where the provider

@@ -32,6 +32,7 @@ class CommunicatorImpl {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const Options& options() const { return options_; }
+  int process_local_rank() const { return options_.local_rank.value_or(topo_.local_rank()); }
 
   Work collective(algorithms::CollArgs args);
   // Point to point on host or CUDA memory (CUDA: through host copies, p2p_staging.h).

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "collective/harness.h"
+#include "smddp/communicator.h"
 #include "topology/topology.h"
 
 namespace smddp::testing {
@@ -175,6 +176,34 @@ TEST(Topology, ARankWithADevShmOfItsOwnIsAnotherNode) {
     if (f != 6.0f) rep.fail("allreduce gave " + std::to_string(f));
 #endif
   });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// The local rank a communicator's traffic between nodes picks its NIC by, and which a group made
+// from its ranks inherits (torch's split_group, python/csrc/backend_split.cc): the process's place
+// among the communicator's ranks on its node, unless Options::local_rank names it.
+TEST(Topology, ProcessLocalRankIsTheNodesPlaceUnlessTheOptionsNameIt) {
+  RunOptions ro;
+#ifdef SMDDP_HAVE_LIBFABRIC
+  ro.env = {{"FI_TCP_IFACE", "lo"}};  // two pretend nodes: ranks 0 2 on "b", 1 3 on "a"
+  ro.rank_env = {{{"SMDDP_NODE_ID", "b"}}, {{"SMDDP_NODE_ID", "a"}}, {{"SMDDP_NODE_ID", "b"}},
+                 {{"SMDDP_NODE_ID", "a"}}};
+  const int per_node = 2;
+#else
+  const int per_node = 4;  // one node: a build without libfabric cannot span two
+#endif
+  auto res = run_ranks(4, [&](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = std::chrono::seconds(60);
+    Communicator world(store, rank, w, o);
+    const int want = per_node == 2 ? rank / 2 : rank;
+    if (world.process_local_rank() != want)
+      rep.fail("world: " + std::to_string(world.process_local_rank()) + ", want " + std::to_string(want));
+    o.name = "named";
+    o.local_rank = 5 + rank;
+    Communicator named(store, rank, w, o);
+    if (named.process_local_rank() != 5 + rank) rep.fail("named: " + std::to_string(named.process_local_rank()));
+  }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
