@@ -199,7 +199,11 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   engine_ = std::make_shared<engine::Engine>(
       options_.inline_execution.value_or(config::get_bool("SMDDP_INLINE")),
       engine::Doze{std::chrono::microseconds(config::get_int("SMDDP_ENGINE_DOZE_US")),
-                   std::chrono::microseconds(config::get_int("SMDDP_ENGINE_DOZE_WINDOW_US"))});
+                   std::chrono::microseconds(config::get_int("SMDDP_ENGINE_DOZE_WINDOW_US"))},
+      engine::P2pSleep{[g = shm_.get()](const std::function<bool()>& ready, std::chrono::microseconds timeout) {
+                         g->sleep_until(ready, timeout);
+                       },
+                       [g = shm_.get()] { g->wake_sleepers(); }});
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
                         << ", transport shm, reduce kernels " << reduce::isa() << ", host copies "
                         << device::host_copy_kind();
@@ -632,7 +636,8 @@ Work CommunicatorImpl::collective(CollArgs args) {
   return Work(state);
 }
 
-Work CommunicatorImpl::submit_p2p(const char* name, int peer, P2pPoll poll, std::shared_ptr<std::atomic<int>> source) {
+Work CommunicatorImpl::submit_p2p(const char* name, int peer, P2pPoll poll, std::shared_ptr<std::atomic<int>> source,
+                                  bool announced) {
   auto state = std::make_shared<OpState>();
   state->source = std::move(source);
   std::lock_guard<std::mutex> g(submit_mu_);
@@ -644,6 +649,7 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, P2pPoll poll, std:
   engine::Task t;
   t.state = state;
   t.p2p = true;
+  t.announced = announced;
   t.poll = [this, op, poll = std::move(poll)]() mutable {
     if (op.deadline == Clock::time_point{}) op.deadline = Clock::now() + op.timeout;
     try {
@@ -680,7 +686,10 @@ int CommunicatorImpl::local_index(int global_rank) const {
 Work CommunicatorImpl::point_to_point(const char* name, int peer, bool is_send, void* buf, size_t bytes,
                                       const Memory& m, const std::function<P2pPoll(void*)>& on,
                                       std::shared_ptr<std::atomic<int>> source) {
-  if (m.kind != Memory::Kind::cuda) return submit_p2p(name, peer, on(buf), std::move(source));
+  // Host memory between ranks of this node: the FIFOs' pushes and pops wake the engine. Across
+  // nodes (the network must be polled) and on CUDA memory (the copies' events) it polls.
+  const bool announced = !multi_node_ || (peer >= 0 && local_index(peer) >= 0);
+  if (m.kind != Memory::Kind::cuda) return submit_p2p(name, peer, on(buf), std::move(source), announced);
   // The caller's stream's work so far, marked now on the caller's thread (as for collectives).
   std::shared_ptr<void> ready = m.stream ? device::cuda_event_after(m.stream, m.device) : nullptr;
   P2pStagingPool::Lease host = p2p_staging_->take(bytes);
@@ -688,7 +697,7 @@ Work CommunicatorImpl::point_to_point(const char* name, int peer, bool is_send, 
   auto staged = std::make_shared<StagedP2p>(
       is_send, buf, bytes, std::move(host), [this, m]() -> device::Device& { return device_for(m); }, std::move(ready),
       std::move(on_host));
-  return submit_p2p(name, peer, polled(std::move(staged)), std::move(source));
+  return submit_p2p(name, peer, polled(std::move(staged)), std::move(source), /*announced=*/false);
 }
 
 Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t tag, const Memory& memory) {

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/logging.h"
@@ -81,8 +82,8 @@ void OpState::on_complete(std::function<void(std::exception_ptr)> cb) {
 
 namespace smddp::engine {
 
-Engine::Engine(bool allow_inline, Doze doze)
-    : allow_inline_(allow_inline), doze_(doze), thread_([this] { loop(); }) {}
+Engine::Engine(bool allow_inline, Doze doze, P2pSleep p2p_sleep)
+    : allow_inline_(allow_inline), doze_(doze), p2p_sleep_(std::move(p2p_sleep)), thread_([this] { loop(); }) {}
 
 Engine::~Engine() { shutdown(nullptr); }
 
@@ -187,8 +188,11 @@ std::optional<Task> Engine::submit(Task task) {
     task.queued_at = last_queued_;
   }
   queue_.push_back(std::move(task));
+  submitted_.fetch_add(1, std::memory_order_release);
+  const bool wake_p2p_sleep = p2p_sleeping_;
   lk.unlock();
   if (wake) cv_.notify_all();
+  if (wake_p2p_sleep) p2p_sleep_.wake();
   return std::nullopt;
 }
 
@@ -264,41 +268,19 @@ void Engine::loop() {
     std::vector<Task> p2p = std::move(active_p2p_);
     active_p2p_.clear();
     lk.unlock();
-    bool progressed = false;
-    std::vector<Task> still;
-    for (auto& t : p2p) {
-      std::exception_ptr err;
-      bool done = false;
-      try {
-        done = t.poll();
-      } catch (...) {
-        err = std::current_exception();
-        done = true;
-      }
-      if (done) {
-        pending_.fetch_sub(1);
-        {
-          Holding h(this);  // its callbacks may wait on this engine's work: see check_wait_can_end
-          finish(t, err);
-        }
-        {
-          std::lock_guard<std::mutex> g(mu_);
-          --p2p_running_;  // after its callbacks: a collective may start behind it from now on
-        }
-        progressed = true;
-      } else {
-        still.push_back(std::move(t));
-      }
-    }
-    if (!progressed && !still.empty()) {
-      // Nothing moved: back off a little (the poll functions watch their own deadlines).
+    if (!poll_p2p(p2p) && !p2p.empty()) {
+      // Nothing finished: back off (the poll functions watch their own deadlines). After a few
+      // hundred yields, sleep until a wake-up where every op has one, else poll every 50 us.
+      const bool announced =
+          p2p_sleep_.sleep && std::all_of(p2p.begin(), p2p.end(), [](const Task& t) { return t.announced; });
       if (++idle_polls < 256) sched_yield();
+      else if (announced) sleep_on_p2p(p2p);
       else std::this_thread::sleep_for(std::chrono::microseconds(50));
     } else {
       idle_polls = 0;
     }
     lk.lock();
-    for (auto& t : still) active_p2p_.push_back(std::move(t));
+    for (auto& t : p2p) active_p2p_.push_back(std::move(t));
   }
   // Stopping: fail whatever never ran, in issue order, holding the engine and leaving the queue
   // in place meanwhile: a failed op's callback that waits on a later op fails it itself
@@ -317,6 +299,61 @@ void Engine::loop() {
     pending_.fetch_sub(1);
     finish(t, reason);
   }
+}
+
+bool Engine::poll_p2p(std::vector<Task>& ops) {
+  bool finished = false;
+  std::vector<Task> still;
+  for (auto& t : ops) {
+    std::exception_ptr err;
+    bool done = false;
+    try {
+      done = t.poll();
+    } catch (...) {
+      err = std::current_exception();
+      done = true;
+    }
+    if (!done) {
+      still.push_back(std::move(t));
+      continue;
+    }
+    pending_.fetch_sub(1);
+    {
+      Holding h(this);  // its callbacks may wait on this engine's work: see check_wait_can_end
+      finish(t, err);
+    }
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      --p2p_running_;  // after its callbacks: a collective may start behind it from now on
+    }
+    finished = true;
+  }
+  ops = std::move(still);
+  return finished;
+}
+
+void Engine::sleep_on_p2p(std::vector<Task>& ops) {
+  // The liveness checks of the ops' polls (shm::Group::check_progress) come every 20 ms: a
+  // sleep no longer than that keeps a dead peer found as soon as before.
+  constexpr std::chrono::microseconds kLongest{20000};
+  const uint64_t submitted = submitted_.load(std::memory_order_acquire);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stop_) return;
+    p2p_sleeping_ = true;
+    ++p2p_sleeps_;
+  }
+  // After the sleeper counted itself: an op submitted since (a submit's wake may have come
+  // before the count) ends the sleep, as does an op that finishes on this last poll.
+  p2p_sleep_.sleep([&] { return submitted_.load(std::memory_order_acquire) != submitted || poll_p2p(ops) || ops.empty(); },
+                   kLongest);
+  std::lock_guard<std::mutex> g(mu_);
+  p2p_sleeping_ = false;
+}
+
+size_t Engine::p2p_sleeps() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return p2p_sleeps_;
 }
 
 bool Engine::dozing() const {
@@ -354,6 +391,7 @@ void Engine::idle_wait(std::unique_lock<std::mutex>& lk) {
 }
 
 void Engine::shutdown(std::exception_ptr reason) {
+  bool wake_p2p_sleep = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stop_ && !thread_.joinable()) return;
@@ -361,8 +399,11 @@ void Engine::shutdown(std::exception_ptr reason) {
     if (!stop_reason_)
       stop_reason_ = reason ? reason
                             : std::make_exception_ptr(AbortedError("smddp: the communicator was destroyed"));
+    submitted_.fetch_add(1, std::memory_order_release);  // ends a sleep on point-to-point ops
+    wake_p2p_sleep = p2p_sleeping_;
   }
   cv_.notify_all();
+  if (wake_p2p_sleep) p2p_sleep_.wake();
   if (thread_.joinable()) thread_.join();
   // A collective running on a caller's thread (inline or run_here) still uses the communicator,
   // which is destroyed next: wait for it (the communicator aborts it first if it must).

@@ -3,7 +3,9 @@
 // Collectives run one at a time, to completion. Point-to-point operations are polled: a run of
 // consecutive send/recv operations progresses together (batch_isend_irecv's pattern, where two
 // ranks send to each other before receiving), and they all finish before the next collective
-// starts, as on a CUDA stream. When the engine is idle, a collective may run on the caller's
+// starts, as on a CUDA stream. When polling finds nothing to do for a while, the thread sleeps
+// until the node's shared memory rings (P2pSleep) where every pending op moves through it, and
+// polls every 50 us otherwise (the network, CUDA copies). When the engine is idle, a collective may run on the caller's
 // thread instead (SMDDP_INLINE, or an InlineScope on that thread), and a caller that waits for a
 // collective still first in line runs it itself (run_here): no thread hand-off, so small
 // collectives have low latency. Either way one collective runs at a time (busy_).
@@ -80,9 +82,24 @@ struct Doze {
   std::chrono::microseconds window{0};  // how long after the last queued op the thread dozes
 };
 
+// How the engine thread waits while every pending point-to-point op is one whose progress a
+// wake-up announces (Task::announced): the communicator's shared-memory eventcount, which every
+// FIFO push and pop rings. Without it (or with another op pending) the thread polls, sleeping
+// 50 us between rounds: about 20,000 wake-ups a second for as long as a receive waits.
+struct P2pSleep {
+  // Sleeps until woken or `timeout`, unless ready(), asked once the sleeper counts itself (so a
+  // wake-up between the last poll and the sleep is not lost), is true.
+  std::function<void(const std::function<bool()>& ready, std::chrono::microseconds timeout)> sleep;
+  // Wakes the sleep from this process (a new op submitted, a shutdown).
+  std::function<void()> wake;
+};
+
 struct Task {
   std::shared_ptr<detail::OpState> state;
   bool p2p = false;
+  // p2p: its progress is announced by P2pSleep's wake-ups (a send or receive through this
+  // node's shared memory), so the engine may sleep until one rather than poll.
+  bool announced = false;
   // Wake a dozing engine for it: nobody will run it with run_here (a CUDA collective, whose
   // wait() makes a stream wait rather than the host).
   bool start_now = false;
@@ -97,7 +114,7 @@ struct Task {
 // Made with std::make_shared, so that its operations can name it (OpState::engine).
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
-  explicit Engine(bool allow_inline, Doze doze = {});
+  explicit Engine(bool allow_inline, Doze doze = {}, P2pSleep p2p_sleep = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -138,6 +155,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // For tests and diagnostics: whether the thread dozes now, and how many timed sleeps it took.
   bool dozing() const;
   size_t doze_ticks() const;
+  // How many times the thread slept on P2pSleep while point-to-point ops waited.
+  size_t p2p_sleeps() const;
   // Operations submitted but not finished.
   size_t pending() const;
   // Stops the thread. Queued operations fail with `reason`; the caller must first make any
@@ -149,6 +168,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Sleeps until there is work to take or a stop; dozes (timed sleeps) within the doze window.
   void idle_wait(std::unique_lock<std::mutex>& lk);
   static void finish(Task& t, std::exception_ptr e);
+  // Polls each op of `ops` once (unlocked), completing and removing those that finished; true if any did.
+  bool poll_p2p(std::vector<Task>& ops);
+  // Sleeps on p2p_sleep_ until a wake-up, a new op or its timeout, polling `ops` once after it
+  // counted itself a sleeper. For when every op of `ops` is announced.
+  void sleep_on_p2p(std::vector<Task>& ops);
   // Runs a collective on this thread and completes it (its callbacks run here too).
   void run_and_finish(Task& t);
   // Nothing runs or waits to: no collective, no queued task, no point-to-point op in flight.
@@ -156,6 +180,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   const bool allow_inline_;
   const Doze doze_;
+  const P2pSleep p2p_sleep_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
@@ -170,6 +195,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // wait() runs one (run_here).
   bool callers_wait_ = true;
   size_t doze_ticks_ = 0;
+  bool p2p_sleeping_ = false;  // the thread sleeps on p2p_sleep_: a submit must wake it there
+  size_t p2p_sleeps_ = 0;
+  std::atomic<uint64_t> submitted_{0};  // ops submitted (and shutdowns): what ends a p2p sleep
   std::chrono::steady_clock::time_point last_queued_{};  // when a task was last queued
   std::exception_ptr stop_reason_;
   std::atomic<size_t> pending_{0};

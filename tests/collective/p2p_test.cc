@@ -2,7 +2,10 @@
 // messages through the bounded FIFOs, and tag/size mismatches reported clearly.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <memory>
 #include <algorithm>
@@ -519,6 +522,61 @@ TEST(P2P, AnySourceAcrossNodesMixesLocalAndRemoteSenders) {
   }
 }
 #endif
+
+// A receive that waits long for its sender costs next to no CPU: the engine thread sleeps until
+// the sender's push rings the node's doorbell, instead of waking every 50 us (about 20,000 times
+// a second, for as long as the receive waited: a pipeline stage waiting for activations, a
+// rank that sends late). Counted by the process's voluntary context switches while rank 0
+// waits a second, a proxy that does not depend on the machine's speed; and the message lands
+// at once when sent (the sleep is woken, not timed out: sent times from CLOCK_MONOTONIC, which
+// the ranks share). Both ways: a send that waits for room in a full FIFO sleeps too.
+TEST(P2P, AWaitingReceiveSleepsUntilTheSenderRingsAndWakesAtOnce) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Communicator c(store, rank, w);
+    using Clock = std::chrono::steady_clock;
+    constexpr int kRounds = 4;
+    int slow_rounds = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      c.barrier().wait();
+      int64_t sent_ns = 0;
+      if (rank == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(round == 0 ? 1000 : 100));
+        sent_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+        c.send(&sent_ns, 1, DataType::i64, 0, 3).wait();
+        continue;
+      }
+      rusage before{}, after{};
+      ::getrusage(RUSAGE_SELF, &before);
+      c.recv(&sent_ns, 1, DataType::i64, 1, 3).wait();
+      const auto got = Clock::now().time_since_epoch();
+      ::getrusage(RUSAGE_SELF, &after);
+      const double late_ms = (std::chrono::duration_cast<std::chrono::nanoseconds>(got).count() - sent_ns) / 1e6;
+      if (late_ms >= 15) ++slow_rounds;
+      if (round == 0) {
+        const long switches = after.ru_nvcsw - before.ru_nvcsw;
+        std::printf("  a 1 s receive: %ld voluntary context switches, landed %.3f ms after the send\n", switches,
+                    late_ms);
+        // Sleeping in 20 ms steps: about 50. Polling every 50 us: 10,000 or more.
+        if (switches > 1000) rep.fail("a 1 s wait took " + std::to_string(switches) + " context switches");
+      }
+    }
+    // A wake-up lost until the sleep's 20 ms timeout would make every round late; a busy machine
+    // may delay a few.
+    if (rank == 0 && slow_rounds == kRounds) rep.fail("every receive landed 15 ms or more after its send");
+    // A send into a full FIFO (a message larger than it) while the receiver is late: the sender
+    // sleeps until the receiver's pops make room.
+    std::vector<int32_t> big(size_t{4} << 20 >> 2, rank);
+    c.barrier().wait();
+    if (rank == 0) {
+      c.send(big.data(), big.size(), DataType::i32, 1, 4).wait();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      c.recv(big.data(), big.size(), DataType::i32, 0, 4).wait();
+      if (big.front() != 0 || big.back() != 0) rep.fail("the large message arrived wrong");
+    }
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
 
 }  // namespace
 }  // namespace smddp::testing

@@ -373,6 +373,10 @@ void Group::sleep_until_rung(Ready ready, std::chrono::nanoseconds timeout) {
   h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+void Group::sleep_until(const std::function<bool()>& ready, std::chrono::nanoseconds timeout) {
+  sleep_until_rung(ready, timeout);
+}
+
 std::vector<int> Group::global(const std::vector<int>& locals) const {
   std::vector<int> out;
   for (int r : locals) out.push_back(global(r));
@@ -631,6 +635,7 @@ size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
   device::host_copy(ring + s.pos, data, s.first);
   device::host_copy(ring, static_cast<const std::byte*>(data) + s.first, s.second);
   f->head.store(head + s.bytes(), std::memory_order_release);
+  Group::ring(/*always=*/false);  // (`ring` here is the FIFO's bytes)
   return s.bytes();
 }
 
@@ -673,6 +678,7 @@ size_t Group::fifo_pop(int src, void* data, size_t bytes) {
   device::host_copy(data, ring + s.pos, s.first);
   device::host_copy(static_cast<std::byte*>(data) + s.first, ring, s.second);
   f->tail.store(tail + s.bytes(), std::memory_order_release);
+  Group::ring(/*always=*/false);
   return s.bytes();
 }
 

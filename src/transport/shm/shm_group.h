@@ -104,8 +104,15 @@ class Group {
   }
 
   // --- point to point ---
+  // Both ring the group's doorbell where a rank sleeps (sleep_until): the peer waiting for bytes
+  // or for room wakes at once.
   size_t fifo_push(int dst, const void* data, size_t bytes);  // returns bytes accepted (maybe 0)
   size_t fifo_pop(int src, void* data, size_t bytes);         // returns bytes taken (maybe 0)
+  // Sleeps until a FIFO push or pop, an arrive or an abort of any rank of the group rings (or
+  // wake_sleepers, or `timeout`), unless ready(), asked once this thread counts as a sleeper,
+  // is true: for a thread that waits on point-to-point progress (the engine's P2pSleep).
+  void sleep_until(const std::function<bool()>& ready, std::chrono::nanoseconds timeout);
+  void wake_sleepers() { ring(/*always=*/true); }
   size_t fifo_available(int src) const;                       // bytes ready to pop
   void fifo_peek(int src, void* data, size_t bytes) const;    // copies without popping (bytes <= available)
   // Operations in flight on this rank take turns per FIFO: the first to claim one (in issue
