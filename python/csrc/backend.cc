@@ -31,7 +31,12 @@ ProcessGroupSmddp::ProcessGroupSmddp(const c10::intrusive_ptr<::c10d::Store>& st
   comm_ = std::make_unique<smddp::Communicator>(std::make_shared<C10dStore>(store), rank, size, o);
 }
 
-ProcessGroupSmddp::~ProcessGroupSmddp() {
+ProcessGroupSmddp::~ProcessGroupSmddp() { end_communicator(); }
+
+void ProcessGroupSmddp::release_resources() { end_communicator(); }  // (c10d::Backend has none of its own)
+
+void ProcessGroupSmddp::end_communicator() noexcept {
+  if (!comm_) return;
   // The communicator's destructor joins its engine thread, and that thread may need the GIL to
   // finish: it runs Python callbacks of a Work's future, and when it drops the last reference to
   // a tensor whose Python object the C++ side keeps alive, freeing that object takes the GIL.

@@ -25,6 +25,9 @@ class ProcessGroupSmddp final : public ::c10d::Backend {
   ProcessGroupSmddp(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                     std::chrono::milliseconds timeout, int local_rank = -1);
   ~ProcessGroupSmddp() override;
+  // The last strong reference is gone (a weak one may remain: a parent's last_split_): the
+  // communicator ends now, as the destructor would end it.
+  void release_resources() override;
 
   // The creator that smddp/__init__.py registers with torch.distributed.Backend.register_backend.
   static c10::intrusive_ptr<::c10d::Backend> create(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
@@ -91,8 +94,6 @@ class ProcessGroupSmddp final : public ::c10d::Backend {
                                             const std::vector<int>& ranks,
                                             const c10::intrusive_ptr<::c10d::Backend::Options>& opts) override;
 #endif
-  // Groups split from this one so far (torch names a split's description by it).
-  uint64_t split_count() const { return splits_; }
 
  private:
   // Wraps finished submissions into the Work PyTorch gets (and records it when coalescing).
@@ -130,12 +131,15 @@ class ProcessGroupSmddp final : public ::c10d::Backend {
                              const char* coll) const;
   Elems check_allgather(const at::Tensor& out_flat, const at::Tensor& in, const char* coll) const;
 
+  void end_communicator() noexcept;  // joins its engine thread without holding the GIL
+
   std::unique_ptr<smddp::Communicator> comm_;
   uint64_t seq_ = 0;
-  uint64_t splits_ = 0;
-  // The last split: ProcessGroup::splitGroup calls split() once per device type the parent has
-  // a backend for, and this one backend serves both cpu and cuda; the second call, with the same
-  // store and group name, must get the same group, not rendezvous again under the same keys.
+  // The last split: a ProcessGroup::splitGroup that calls split() once per device type the
+  // parent has a backend for (torch 2.14 asks a member once; a loop over device types asks it
+  // for cpu and again for cuda, which this one backend both serves) must get the same group the
+  // second time, not rendezvous again under the same keys. Weak: the child's communicator ends
+  // when torch drops the group (release_resources), whatever this reference.
   std::string last_split_name_;
   c10::weak_intrusive_ptr<::c10d::Backend> last_split_{c10::intrusive_ptr<::c10d::Backend>()};
   bool coalescing_ = false;

@@ -2,9 +2,9 @@
 // group bound to a device (init_process_group(device_id=...)), where torch asks the parent's
 // backend for each subgroup instead of making one from the creator (docs/pytorch.md).
 //
-// torch calls split() on every rank of the parent, each with the same sorted list of the new
-// group's ranks (their ranks in the parent) and a store of the new group's own (a prefix of the
-// group's unique name). The members make a communicator among themselves from that store, as
+// torch calls split() on every rank of the parent, each with the same list of the new group's
+// ranks (their ranks in the parent; a rank's place in it is its rank in the new group) and a
+// store of the new group's own (a prefix of the group's unique name). The members make a communicator among themselves from that store, as
 // new_group's members do from theirs; nothing of the parent's is shared, so the parent and the
 // child run independently and may be destroyed in either order. A rank outside the new group
 // has nothing to do (no collective over the parent, unlike ncclCommSplit's no-colour split).
@@ -44,15 +44,11 @@ c10::intrusive_ptr<::c10d::Backend> ProcessGroupSmddp::split(const c10::intrusiv
     if (auto again = last_split_.lock()) return again;  // the same split, for another device type
   std::chrono::milliseconds timeout = comm_->options().timeout;
   if (opts && opts->timeout.count() > 0) timeout = opts->timeout;
-  c10::intrusive_ptr<::c10d::Backend> child;
-  try {
-    child = c10::make_intrusive<ProcessGroupSmddp>(store, static_cast<int>(mine - ranks.begin()),
-                                                   static_cast<int>(ranks.size()), timeout,
-                                                   comm_->process_local_rank());
-  } catch (const smddp::Error& e) {
-    TORCH_CHECK(false, e.what());
-  }
-  ++splits_;
+  // What the communicator throws (a TimeoutError naming the members that never came, ...)
+  // reaches torch's caller as it is, as from the creator of any other group.
+  c10::intrusive_ptr<::c10d::Backend> child = c10::make_intrusive<ProcessGroupSmddp>(
+      store, static_cast<int>(mine - ranks.begin()), static_cast<int>(ranks.size()), timeout,
+      comm_->process_local_rank());
   last_split_name_ = name;
   last_split_ = c10::weak_intrusive_ptr<::c10d::Backend>(child);
   return child;

@@ -29,9 +29,7 @@ PYBIND11_MODULE(_C, m) {
       // splits, calls this on every rank left out of the new group (for ncclCommSplit, which
       // needs the whole parent). smddp's members rendezvous among themselves: nothing to do.
       .def("perform_nocolor_split", [](smddp::torch_backend::ProcessGroupSmddp&, const py::object&) {},
-           py::arg("device"), "No-op: an smddp subgroup is made by its members alone.")
-      .def("comm_split_count", &smddp::torch_backend::ProcessGroupSmddp::split_count,
-           "How many groups were split from this one.");
+           py::arg("device"), "No-op: an smddp subgroup is made by its members alone.");
   m.def("build_info", &smddp::build_info);
   m.def("local_node_key", &smddp::topology::local_node_key,
         "This rank's node as the communicator groups ranks (SMDDP_NODE_ID, else host name and boot id).");

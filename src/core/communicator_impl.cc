@@ -201,9 +201,9 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       engine::Doze{std::chrono::microseconds(config::get_int("SMDDP_ENGINE_DOZE_US")),
                    std::chrono::microseconds(config::get_int("SMDDP_ENGINE_DOZE_WINDOW_US"))},
       engine::P2pSleep{[g = shm_.get()](const std::function<bool()>& ready, std::chrono::microseconds timeout) {
-                         g->sleep_until(ready, timeout);
+                         g->sleep_on_fifos(ready, timeout);
                        },
-                       [g = shm_.get()] { g->wake_sleepers(); }});
+                       [g = shm_.get()] { g->wake_fifo_sleeper(); }});
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
                         << ", transport shm, reduce kernels " << reduce::isa() << ", host copies "
                         << device::host_copy_kind();

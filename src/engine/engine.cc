@@ -264,21 +264,23 @@ void Engine::loop() {
       continue;
     }
     if (active_p2p_.empty()) continue;
-    // Poll every active point-to-point operation once, without the lock.
+    // Poll every active point-to-point operation once, without the lock. Whatever is submitted
+    // from here on is new to this round: it ends a sleep on the ops (sleep_on_p2p).
+    const uint64_t submitted = submitted_.load(std::memory_order_relaxed);
     std::vector<Task> p2p = std::move(active_p2p_);
     active_p2p_.clear();
     lk.unlock();
-    if (!poll_p2p(p2p) && !p2p.empty()) {
+    bool finished = poll_p2p(p2p);
+    if (!finished && !p2p.empty()) {
       // Nothing finished: back off (the poll functions watch their own deadlines). After a few
       // hundred yields, sleep until a wake-up where every op has one, else poll every 50 us.
       const bool announced =
           p2p_sleep_.sleep && std::all_of(p2p.begin(), p2p.end(), [](const Task& t) { return t.announced; });
       if (++idle_polls < 256) sched_yield();
-      else if (announced) sleep_on_p2p(p2p);
+      else if (announced) finished = sleep_on_p2p(p2p, submitted);
       else std::this_thread::sleep_for(std::chrono::microseconds(50));
-    } else {
-      idle_polls = 0;
     }
+    if (finished) idle_polls = 0;
     lk.lock();
     for (auto& t : p2p) active_p2p_.push_back(std::move(t));
   }
@@ -332,28 +334,28 @@ bool Engine::poll_p2p(std::vector<Task>& ops) {
   return finished;
 }
 
-void Engine::sleep_on_p2p(std::vector<Task>& ops) {
+bool Engine::sleep_on_p2p(std::vector<Task>& ops, uint64_t submitted) {
   // The liveness checks of the ops' polls (shm::Group::check_progress) come every 20 ms: a
   // sleep no longer than that keeps a dead peer found as soon as before.
   constexpr std::chrono::microseconds kLongest{20000};
-  const uint64_t submitted = submitted_.load(std::memory_order_acquire);
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (stop_) return;
-    p2p_sleeping_ = true;
-    ++p2p_sleeps_;
+    if (stop_ || submitted_.load(std::memory_order_relaxed) != submitted) return false;
+    p2p_sleeping_ = true;  // from here on a submit wakes the sleep
   }
-  // After the sleeper counted itself: an op submitted since (a submit's wake may have come
-  // before the count) ends the sleep, as does an op that finishes on this last poll.
-  p2p_sleep_.sleep([&] { return submitted_.load(std::memory_order_acquire) != submitted || poll_p2p(ops) || ops.empty(); },
-                   kLongest);
+  // Asked once the sleeper counts itself: an op submitted since the round began (its wake may
+  // have come before the count) ends the sleep, as does an op that finishes on this last poll.
+  bool finished = false;
+  p2p_sleep_.sleep(
+      [&] {
+        if (submitted_.load(std::memory_order_acquire) != submitted) return true;
+        finished = poll_p2p(ops);
+        return finished;
+      },
+      kLongest);
   std::lock_guard<std::mutex> g(mu_);
   p2p_sleeping_ = false;
-}
-
-size_t Engine::p2p_sleeps() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return p2p_sleeps_;
+  return finished;
 }
 
 bool Engine::dozing() const {

@@ -85,7 +85,7 @@ struct Doze {
 // How the engine thread waits while every pending point-to-point op is one whose progress a
 // wake-up announces (Task::announced): the communicator's shared-memory eventcount, which every
 // FIFO push and pop rings. Without it (or with another op pending) the thread polls, sleeping
-// 50 us between rounds: about 20,000 wake-ups a second for as long as a receive waits.
+// 50 us between rounds: thousands of wake-ups a second (7,000 here) for as long as a receive waits.
 struct P2pSleep {
   // Sleeps until woken or `timeout`, unless ready(), asked once the sleeper counts itself (so a
   // wake-up between the last poll and the sleep is not lost), is true.
@@ -155,8 +155,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // For tests and diagnostics: whether the thread dozes now, and how many timed sleeps it took.
   bool dozing() const;
   size_t doze_ticks() const;
-  // How many times the thread slept on P2pSleep while point-to-point ops waited.
-  size_t p2p_sleeps() const;
   // Operations submitted but not finished.
   size_t pending() const;
   // Stops the thread. Queued operations fail with `reason`; the caller must first make any
@@ -170,9 +168,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   static void finish(Task& t, std::exception_ptr e);
   // Polls each op of `ops` once (unlocked), completing and removing those that finished; true if any did.
   bool poll_p2p(std::vector<Task>& ops);
-  // Sleeps on p2p_sleep_ until a wake-up, a new op or its timeout, polling `ops` once after it
-  // counted itself a sleeper. For when every op of `ops` is announced.
-  void sleep_on_p2p(std::vector<Task>& ops);
+  // Sleeps on p2p_sleep_ until a wake-up, an op submitted after `submitted` ops were, or its
+  // timeout, polling `ops` once after it counted itself a sleeper; true if an op finished then.
+  // For when every op of `ops` is announced.
+  bool sleep_on_p2p(std::vector<Task>& ops, uint64_t submitted);
   // Runs a collective on this thread and completes it (its callbacks run here too).
   void run_and_finish(Task& t);
   // Nothing runs or waits to: no collective, no queued task, no point-to-point op in flight.
@@ -196,7 +195,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool callers_wait_ = true;
   size_t doze_ticks_ = 0;
   bool p2p_sleeping_ = false;  // the thread sleeps on p2p_sleep_: a submit must wake it there
-  size_t p2p_sleeps_ = 0;
   std::atomic<uint64_t> submitted_{0};  // ops submitted (and shutdowns): what ends a p2p sleep
   std::chrono::steady_clock::time_point last_queued_{};  // when a task was last queued
   std::exception_ptr stop_reason_;

@@ -192,6 +192,11 @@ struct alignas(128) Group::RankCtl {
   // Off the step's line: writing it there made peers polling the step fetch the line twice
   // (measured no faster at 8 B; docs/reliability.md).
   alignas(64) uint64_t fingerprint[2][kFingerprintWords];
+  // This rank's point-to-point eventcount (Header's pattern, one per rank): its engine thread
+  // sleeps on `fifo_bell` (Group::sleep_on_fifos) until a push into one of its FIFOs or a pop
+  // from one it fills rings it, so no other rank's traffic wakes it.
+  alignas(64) std::atomic<uint32_t> fifo_bell;
+  std::atomic<uint32_t> fifo_sleepers;
 };
 
 struct Group::FifoCtl {
@@ -298,6 +303,7 @@ void Group::depart() {
     ctl(rank_)->departed.store(1, std::memory_order_release);
     departed_ = true;
     ring(/*always=*/true);
+    ring_all_fifo_bells();  // a node-mate's send or receive to this rank finds it gone at once
   }
 }
 
@@ -351,30 +357,44 @@ void Group::arrive() {
 // either the sleeper sees the store or this rank sees the sleeper. Both fences are the StoreLoad
 // barrier the pattern needs and release/acquire alone do not give (x86's store buffer, and Arm's
 // LDAPR, which may read before an earlier release store lands): never "redundant".
-void Group::ring(bool always) {
-  Header* h = header();
+namespace {
+void ring_bell(std::atomic<uint32_t>& bell, const std::atomic<uint32_t>& sleepers, bool always) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!always && h->sleepers.load(std::memory_order_relaxed) == 0) return;
-  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-  futex_wake_all(&h->doorbell);
+  if (!always && sleepers.load(std::memory_order_relaxed) == 0) return;
+  bell.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&bell);
 }
+}  // namespace
+
+void Group::ring(bool always) { ring_bell(header()->doorbell, header()->sleepers, always); }
+
+void Group::ring_fifo_bell(int r, bool always) { ring_bell(ctl(r)->fifo_bell, ctl(r)->fifo_sleepers, always); }
 
 template <class Ready>
-void Group::sleep_until_rung(Ready ready, std::chrono::nanoseconds timeout) {
-  Header* h = header();
-  h->sleepers.fetch_add(1, std::memory_order_seq_cst);
+void Group::sleep_on_bell(std::atomic<uint32_t>& bell, std::atomic<uint32_t>& sleepers, Ready ready,
+                          std::chrono::nanoseconds timeout) {
+  sleepers.fetch_add(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  const uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
+  const uint32_t seen = bell.load(std::memory_order_seq_cst);
   // A ring after `seen` makes the futex return at once; one before it came after the store
   // ready() reads, so ready() sees it. abort() rings too, after its word: an abort that rang
   // between the caller's last look at that word and `seen` is seen here, or the waiter would
   // sleep out its whole timeout (up to the 20 ms liveness check) before it noticed.
-  if (!ready() && !aborted()) futex_wait(&h->doorbell, seen, timeout);
-  h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  if (!ready() && !aborted()) futex_wait(&bell, seen, timeout);
+  sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-void Group::sleep_until(const std::function<bool()>& ready, std::chrono::nanoseconds timeout) {
-  sleep_until_rung(ready, timeout);
+template <class Ready>
+void Group::sleep_until_rung(Ready ready, std::chrono::nanoseconds timeout) {
+  sleep_on_bell(header()->doorbell, header()->sleepers, ready, timeout);
+}
+
+void Group::sleep_on_fifos(const std::function<bool()>& ready, std::chrono::nanoseconds timeout) {
+  sleep_on_bell(ctl(rank_)->fifo_bell, ctl(rank_)->fifo_sleepers, ready, timeout);
+}
+
+void Group::ring_all_fifo_bells() {
+  for (int r = 0; r < size_; ++r) ring_fifo_bell(r, /*always=*/false);
 }
 
 std::vector<int> Group::global(const std::vector<int>& locals) const {
@@ -453,6 +473,7 @@ void Group::abort(const std::string& reason, bool mismatch) {
     std::snprintf(header()->abort_reason, sizeof header()->abort_reason, "%s", reason.c_str());
     header()->abort_state.store(2, std::memory_order_release);
     ring(/*always=*/true);
+    ring_all_fifo_bells();
   }
 }
 
@@ -635,7 +656,7 @@ size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
   device::host_copy(ring + s.pos, data, s.first);
   device::host_copy(ring, static_cast<const std::byte*>(data) + s.first, s.second);
   f->head.store(head + s.bytes(), std::memory_order_release);
-  Group::ring(/*always=*/false);  // (`ring` here is the FIFO's bytes)
+  ring_fifo_bell(dst, /*always=*/false);  // the receiver, if it sleeps
   return s.bytes();
 }
 
@@ -678,7 +699,7 @@ size_t Group::fifo_pop(int src, void* data, size_t bytes) {
   device::host_copy(data, ring + s.pos, s.first);
   device::host_copy(static_cast<std::byte*>(data) + s.first, ring, s.second);
   f->tail.store(tail + s.bytes(), std::memory_order_release);
-  Group::ring(/*always=*/false);
+  ring_fifo_bell(src, /*always=*/false);  // the sender, if it sleeps waiting for room
   return s.bytes();
 }
 

@@ -104,15 +104,16 @@ class Group {
   }
 
   // --- point to point ---
-  // Both ring the group's doorbell where a rank sleeps (sleep_until): the peer waiting for bytes
-  // or for room wakes at once.
+  // A push rings the receiver's FIFO bell and a pop the sender's, where that rank sleeps on it
+  // (sleep_on_fifos): the peer waiting for bytes or for room wakes at once.
   size_t fifo_push(int dst, const void* data, size_t bytes);  // returns bytes accepted (maybe 0)
   size_t fifo_pop(int src, void* data, size_t bytes);         // returns bytes taken (maybe 0)
-  // Sleeps until a FIFO push or pop, an arrive or an abort of any rank of the group rings (or
-  // wake_sleepers, or `timeout`), unless ready(), asked once this thread counts as a sleeper,
-  // is true: for a thread that waits on point-to-point progress (the engine's P2pSleep).
-  void sleep_until(const std::function<bool()>& ready, std::chrono::nanoseconds timeout);
-  void wake_sleepers() { ring(/*always=*/true); }
+  // Sleeps on this rank's FIFO bell until a node-mate's push to it or pop of what it sent, an
+  // abort or a departure rings it (or wake_fifo_sleeper, or `timeout`), unless ready(), asked
+  // once this thread counts as a sleeper, is true: for the thread that waits on point-to-point
+  // progress (the engine's P2pSleep).
+  void sleep_on_fifos(const std::function<bool()>& ready, std::chrono::nanoseconds timeout);
+  void wake_fifo_sleeper() { ring_fifo_bell(rank_, /*always=*/true); }
   size_t fifo_available(int src) const;                       // bytes ready to pop
   void fifo_peek(int src, void* data, size_t bytes) const;    // copies without popping (bytes <= available)
   // Operations in flight on this rank take turns per FIFO: the first to claim one (in issue
@@ -178,9 +179,15 @@ class Group {
 
   template <class Ready, class Missing>
   void wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for);
+  // An eventcount: a bell (the futex word) and the count of its sleepers.
   template <class Ready>
-  void sleep_until_rung(Ready ready, std::chrono::nanoseconds timeout);
-  void ring(bool always);  // wakes the sleepers (always, or only if some sleep)
+  void sleep_on_bell(std::atomic<uint32_t>& bell, std::atomic<uint32_t>& sleepers, Ready ready,
+                     std::chrono::nanoseconds timeout);
+  template <class Ready>
+  void sleep_until_rung(Ready ready, std::chrono::nanoseconds timeout);  // on the rounds' doorbell
+  void ring(bool always);  // wakes the rounds' sleepers (always, or only if some sleep)
+  void ring_fifo_bell(int r, bool always);  // wakes rank r's point-to-point sleeper
+  void ring_all_fifo_bells();               // an abort or departure: every rank's that sleeps
 
   int rank_;
   int size_;

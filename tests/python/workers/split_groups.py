@@ -7,13 +7,16 @@ then asks the ranks left out to take part in a no-colour split. Debian's torch h
 so the torch code that a GPU run takes is reached here in two ways:
   1. ProcessGroup.split_group, the C++ call that torch's split_group makes once its accelerator
      checks pass (nothing pretended);
-  2. torch's Python split_group, init_device_mesh and new_group themselves, with torch.accelerator
-     answering "cpu" and the default group bound to the cpu (only that is pretended: the
-     accelerator's name; the split, the stores and the groups are torch's and ours).
+  2. torch's Python split_group and init_device_mesh themselves, and the split source new_group
+     asks the ranks it leaves out to split, with torch.accelerator answering "cpu" and the
+     default group bound to the cpu (only that is pretended: the accelerator's name; the split,
+     the stores and the groups are torch's and ours).
 Run by torchrun with 4 ranks: groups of [[0, 1], [2, 3]], a mesh of 2 x 2, a group torch leaves
 ranks out of, and a split whose rank list is out of order; on one node or two pretend ones.
 """
+import gc
 import os
+import time
 from datetime import timedelta
 
 import torch
@@ -37,6 +40,11 @@ gloo_world = dist.new_group(backend="gloo")  # the reference, made before anythi
 parent = world_pg._get_backend(torch.device("cpu"))
 check("the backend is smddp's own type", type(parent).__name__ == "ProcessGroupSmddp", type(parent))
 check("the backend splits", parent.supports_splitting, "supports_splitting is false")
+
+
+def is_smddp(pg):
+    """The group's backend is an smddp one (dist.get_backend would read the parent's name)."""
+    return type(pg._get_backend(torch.device("cpu"))).__name__ == "ProcessGroupSmddp"
 
 
 def ops_of(pg, gloo_pg, what):
@@ -74,8 +82,7 @@ gloo_sub = gloo_world.split_group(mine, timeout=timedelta(seconds=60), group_nam
 check("C++ split: a member gets a group", sub is not None, "None")
 if sub is not None:
     ops_of(sub, gloo_sub, f"C++ split {mine}")
-    b = sub._get_backend(torch.device("cpu"))
-    check("C++ split: a child of smddp is smddp", type(b).__name__ == "ProcessGroupSmddp", type(b))
+    check("C++ split: a child of smddp is smddp", is_smddp(sub), type(sub._get_backend(torch.device("cpu"))))
 # A rank outside the new group gets no group and does nothing (ranks 2, 3 for [0, 1]).
 out = world_pg.split_group([0, 1], timeout=timedelta(seconds=60), group_name="cpp_split_01_only")
 check("C++ split: a non-member gets None", (out is None) == (rank >= 2), f"rank {rank} got {out}")
@@ -83,11 +90,26 @@ if out is not None:
     t = torch.ones(3) * rank
     out.allreduce([t]).wait()
     check("C++ split: the members' group sums", torch.equal(t, torch.ones(3)), t.tolist())
-# torch calls split() once per device type the parent has a backend for (this one serves cpu and
-# cuda): one communicator per split, not one per call.
-splits = 2 if rank < 2 else 1  # cpp_split_*, and cpp_split_01_only where a member
-check("one communicator per split", parent.comm_split_count() == splits,
-      f"{parent.comm_split_count()} communicators for {splits} splits")
+
+# A split group's communicator (its engine thread) ends when the group goes, not when the parent
+# next splits: the parent remembers its last split only weakly.
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+before = threads()
+brief = world_pg.split_group([0, 1, 2, 3], timeout=timedelta(seconds=60), group_name="brief")
+t = torch.ones(2)
+brief.allreduce([t]).wait()
+during = threads()
+del brief
+gc.collect()
+for _ in range(100):  # a joined thread leaves /proc/self/task at once, or nearly
+    if threads() <= before:
+        break
+    time.sleep(0.01)
+check("a split group's thread ends with the group", during > before and threads() == before,
+      f"threads: {before} before, {during} with it, {threads()} after")
 
 # 2. torch's own Python paths that split, with the accelerator's name pretended to be "cpu".
 torch.accelerator.is_available = lambda: True
@@ -97,7 +119,7 @@ world_pg.bound_device_id = torch.device("cpu", 0)
 g = dist.split_group(split_ranks=[[0, 1], [2, 3]], timeout=timedelta(seconds=60))
 gg = dist.split_group(parent_pg=gloo_world, split_ranks=[[0, 1], [2, 3]], timeout=timedelta(seconds=60))
 check("split_group: the group's ranks", dist.get_process_group_ranks(g) == mine, dist.get_process_group_ranks(g))
-check("split_group: a child of smddp is smddp", dist.get_backend(g) == "smddp", dist.get_backend(g))
+check("split_group: a child of smddp is smddp", is_smddp(g), type(g._get_backend(torch.device("cpu"))))
 ops_of(g, gg, "split_group [[0, 1], [2, 3]]")
 t = torch.full((5,), float(rank))
 dist.all_reduce(t, group=g)  # through torch.distributed, as a user calls it
@@ -119,7 +141,7 @@ for dim, groups in (("dp", [[0, 2], [1, 3]]), ("tp", [[0, 1], [2, 3]])):
     pg = mesh.get_group(dim)
     want = next(x for x in groups if rank in x)
     check(f"mesh {dim}: ranks", dist.get_process_group_ranks(pg) == want, dist.get_process_group_ranks(pg))
-    check(f"mesh {dim}: smddp", dist.get_backend(pg) == "smddp", dist.get_backend(pg))
+    check(f"mesh {dim}: smddp", is_smddp(pg), type(pg._get_backend(torch.device("cpu"))))
     ops_of(pg, dist.split_group(parent_pg=gloo_world, split_ranks=groups, timeout=timedelta(seconds=60)),
            f"mesh {dim} {want}")
 
@@ -135,7 +157,8 @@ try:
     world_pg.split_group([0, 7], group_name="bad_split")
     check("a rank outside the parent is refused", False, "accepted")
 except Exception as e:  # noqa: BLE001  (torch raises RuntimeError or ValueError)
-    check("a rank outside the parent is refused, named", "7" in str(e), str(e))
+    check("a rank outside the parent is refused, named", "rank 7 (position 1 of the new group's ranks) is not in "
+          "this group" in str(e), str(e))
 
 dist.barrier()
 dist.destroy_process_group()
