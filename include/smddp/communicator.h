@@ -107,6 +107,9 @@ class Communicator {
  public:
   // Collective over `size` ranks: every rank calls this with the same store, size and name.
   Communicator(std::shared_ptr<Store> store, int rank, int size, Options options = {});
+  // Ends the communicator: its engine thread is joined, queued work fails. Called from a
+  // callback of one of its own operations (Work::then), it returns at once and the teardown runs
+  // on a thread of its own after the callback.
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;

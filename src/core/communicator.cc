@@ -1,6 +1,8 @@
 // The public Communicator and Work: argument checking and forwarding to CommunicatorImpl.
 #include "smddp/communicator.h"
 
+#include <thread>
+
 #include "core/communicator_impl.h"
 #include "core/fork_generation.h"
 #include "core/cpu_relax.h"
@@ -120,6 +122,13 @@ Communicator::~Communicator() {
   // memory, sockets, an engine thread that does not exist here): leave it all. Its memory is the
   // child's own copy, gone when the child exits.
   if (impl_ && impl_->forked_away()) (void)impl_.release();
+  // Destroyed from a callback of one of its own operations (a future's callback dropping the
+  // last reference to its process group), on the engine thread or on a caller's thread running
+  // a collective inline: the teardown joins that thread and waits for that operation to end, so
+  // here it would wait for itself (the engine joining itself raised std::terminate). It runs on
+  // a thread of its own instead, once the operation returns; nothing of it is used meanwhile.
+  if (impl_ && impl_->held_by_this_thread())
+    std::thread([impl = std::move(impl_)]() mutable { impl.reset(); }).detach();
 }
 
 int Communicator::rank() const { return impl_->rank(); }

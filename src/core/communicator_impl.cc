@@ -630,9 +630,12 @@ Work CommunicatorImpl::collective(CollArgs args) {
     here = engine_->submit(std::move(t));
   }
   // Inline: run it with submit_mu_ released, so that other threads can still issue (they queue
-  // behind it) while it waits for its peers.
-  if (here) engine_->run_claimed(std::move(*here));
-  else engine_->run_nested_through(state.get());  // issued from a callback of this engine's
+  // behind it) while it waits for its peers. Through a reference of its own: a callback of it
+  // may destroy this communicator (Communicator::~Communicator), whose engine outlives that
+  // teardown then until run_claimed returns.
+  const std::shared_ptr<engine::Engine> engine = engine_;
+  if (here) engine->run_claimed(std::move(*here));
+  else engine->run_nested_through(state.get());  // issued from a callback of this engine's
   return Work(state);
 }
 

@@ -33,6 +33,8 @@ class CommunicatorImpl {
   int size() const { return size_; }
   const Options& options() const { return options_; }
   int process_local_rank() const { return options_.local_rank.value_or(topo_.local_rank()); }
+  // Whether this thread runs or completes one of its operations (engine::Engine::held_by_this_thread).
+  bool held_by_this_thread() const { return engine_ && engine_->held_by_this_thread(); }
 
   Work collective(algorithms::CollArgs args);
   // Point to point on host or CUDA memory (CUDA: through host copies, p2p_staging.h).

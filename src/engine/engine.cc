@@ -276,9 +276,14 @@ void Engine::loop() {
       // hundred yields, sleep until a wake-up where every op has one, else poll every 50 us.
       const bool announced =
           p2p_sleep_.sleep && std::all_of(p2p.begin(), p2p.end(), [](const Task& t) { return t.announced; });
-      if (++idle_polls < 256) sched_yield();
-      else if (announced) finished = sleep_on_p2p(p2p, submitted);
-      else std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (idle_polls < 256) {  // (counts no further: a receive may wait for days)
+        ++idle_polls;
+        sched_yield();
+      } else if (announced) {
+        finished = sleep_on_p2p(p2p, submitted);
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
     }
     if (finished) idle_polls = 0;
     lk.lock();

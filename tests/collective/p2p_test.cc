@@ -203,6 +203,50 @@ TEST(WorkCallbacks, RunOnceWithResultOrError) {
   }
 }
 
+// A callback may destroy the communicator whose operation it follows (through torch: a future's
+// callback dropping the last reference to its process group). On the engine thread the teardown
+// joined that very thread: std::terminate. Now it runs on a thread of its own once the callback
+// returns. Collectives (run by the engine thread, or by the caller's wait()), a receive (the
+// engine's poll), with a result in place; a new communicator works after; the harness finds no
+// thread or descriptor left.
+TEST(WorkCallbacks, ACallbackMayDestroyItsOwnCommunicator) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    for (int round = 0; round < 6; ++round) {
+      Options o;
+      o.name = "doomed" + std::to_string(round);
+      o.timeout = std::chrono::seconds(30);
+      auto c = std::make_unique<Communicator>(store, rank, w, o);
+      std::atomic<bool> destroyed{false};
+      float v = static_cast<float>(rank + 1);
+      int32_t x = -1;
+      Work wk;
+      if (round % 3 == 2) {  // a receive on rank 0; rank 1's send ends normally
+        wk = rank == 0 ? c->recv(&x, 1, DataType::i32, 1, 5) : c->send(&round, 1, DataType::i32, 0, 5);
+      } else {
+        if (round % 3 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the engine takes it
+        wk = c->allreduce(&v, &v, 1, DataType::f32, ReduceOp::sum);
+      }
+      wk.then([&](std::exception_ptr e) {
+        if (e) rep.fail("round " + std::to_string(round) + ": the operation failed");
+        c.reset();
+        destroyed = true;
+      });
+      wk.wait();
+      for (int i = 0; i < 5000 && !destroyed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (!destroyed) rep.fail("round " + std::to_string(round) + ": the callback did not run");
+      if (round % 3 != 2 && v != 3.0f) rep.fail("round " + std::to_string(round) + ": allreduce gave " + std::to_string(v));
+      if (round % 3 == 2 && rank == 0 && x != round) rep.fail("round " + std::to_string(round) + ": received " + std::to_string(x));
+    }
+    Options o;
+    o.name = "after";
+    Communicator c(store, rank, w, o);
+    float v = 1.0f;
+    c.allreduce(&v, &v, 1, DataType::f32, ReduceOp::sum).wait();
+    if (v != 2.0f) rep.fail("a communicator made after: allreduce gave " + std::to_string(v));
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 }  // namespace
 }  // namespace smddp::testing
 
@@ -532,7 +576,14 @@ TEST(P2P, AnySourceAcrossNodesMixesLocalAndRemoteSenders) {
 // 20 ms late, 10 on average): sent times from CLOCK_MONOTONIC, which the ranks share. The other
 // way too: a send that waits for room in a full FIFO sleeps until the receiver's pops ring it.
 TEST(P2P, AWaitingReceiveSleepsUntilTheSenderRingsAndWakesAtOnce) {
-  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+  // The time bounds hold with room on this machine (0.1 ms, 2 ms); sanitized and emulated
+  // (qemu-user: no cross-memory attach) builds copy and wake several times slower.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  const double slow = 4;
+#else
+  const double slow = cma_missing_here() ? 4 : 1;
+#endif
+  auto res = run_ranks(2, [slow](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Communicator c(store, rank, w);
     using Clock = std::chrono::steady_clock;
     auto now_ns = [] {
@@ -567,7 +618,7 @@ TEST(P2P, AWaitingReceiveSleepsUntilTheSenderRingsAndWakesAtOnce) {
       std::sort(late_ms.begin(), late_ms.end());
       const double median = late_ms[late_ms.size() / 2];
       std::printf("  landed after the send: median %.3f ms, most %.3f ms\n", median, late_ms.back());
-      if (median >= 5) rep.fail("receives landed " + std::to_string(median) + " ms after their sends (median)");
+      if (median >= 5 * slow) rep.fail("receives landed " + std::to_string(median) + " ms after their sends (median)");
     }
     // 4 MiB through a 256 KiB FIFO, the receiver 300 ms late: the sender sleeps with the FIFO
     // full, and each of the receiver's pops rings it to push more. Without that ring each refill
@@ -583,7 +634,7 @@ TEST(P2P, AWaitingReceiveSleepsUntilTheSenderRingsAndWakesAtOnce) {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       std::printf("  4 MiB received in %.3f ms from a sender that slept on a full FIFO\n", ms);
       if (big.front() != 0 || big.back() != 0) rep.fail("the large message arrived wrong");
-      if (ms >= 60) rep.fail("4 MiB took " + std::to_string(ms) + " ms: the sender's sleeps were not rung");
+      if (ms >= 60 * slow) rep.fail("4 MiB took " + std::to_string(ms) + " ms: the sender's sleeps were not rung");
     }
   });
   ASSERT_TRUE(res.ok()) << res.summary();
