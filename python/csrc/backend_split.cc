@@ -4,9 +4,10 @@
 //
 // torch calls split() on every rank of the parent, each with the same list of the new group's
 // ranks (their ranks in the parent; a rank's place in it is its rank in the new group) and a
-// store of the new group's own (a prefix of the group's unique name). The members make a communicator among themselves from that store, as
-// new_group's members do from theirs; nothing of the parent's is shared, so the parent and the
-// child run independently and may be destroyed in either order. A rank outside the new group
+// store of the new group's own (a prefix of the group's unique name). The members make a
+// communicator among themselves from that store, as new_group's members do from theirs; nothing
+// of the parent's is shared, so the parent and the child run independently and may be destroyed
+// in either order. A rank outside the new group
 // has nothing to do (no collective over the parent, unlike ncclCommSplit's no-colour split).
 #include "backend.h"
 

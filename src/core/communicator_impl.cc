@@ -691,8 +691,9 @@ Work CommunicatorImpl::point_to_point(const char* name, int peer, bool is_send, 
                                       std::shared_ptr<std::atomic<int>> source) {
   // Host memory between ranks of this node: the FIFOs' pushes and pops wake the engine. Across
   // nodes (the network must be polled) and on CUDA memory (the copies' events) it polls.
-  const bool announced = !multi_node_ || (peer >= 0 && local_index(peer) >= 0);
-  if (m.kind != Memory::Kind::cuda) return submit_p2p(name, peer, on(buf), std::move(source), announced);
+  if (m.kind != Memory::Kind::cuda)
+    return submit_p2p(name, peer, on(buf), std::move(source),
+                      /*announced=*/!multi_node_ || (peer >= 0 && local_index(peer) >= 0));
   // The caller's stream's work so far, marked now on the caller's thread (as for collectives).
   std::shared_ptr<void> ready = m.stream ? device::cuda_event_after(m.stream, m.device) : nullptr;
   P2pStagingPool::Lease host = p2p_staging_->take(bytes);
