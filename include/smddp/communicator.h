@@ -157,7 +157,9 @@ class Communicator {
   Work recv(void* buffer, size_t count, DataType type, int peer, uint32_t tag = 0, Memory memory = {});
   // Receives the next message with `tag` from whichever rank sends one (MPI_ANY_SOURCE);
   // Work::source() tells which. Across nodes a message is at most the libfabric provider's
-  // largest single message (InvalidArgument beyond it).
+  // largest single message (InvalidArgument beyond it). It fails with PeerError once a rank of
+  // its node dies (as ULFM fails MPI_ANY_SOURCE), and, in a communicator on one node, once every
+  // other rank has left with no message for it and no send of this rank to itself is under way.
   Work recv_any(void* buffer, size_t count, DataType type, uint32_t tag = 0, Memory memory = {});
   // `timeout` > 0 replaces Options::timeout for this barrier (PyTorch's monitored_barrier).
   Work barrier(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));

@@ -104,11 +104,37 @@ int peek_any(shm::Group& g, uint32_t tag, int* next) {
   return found;
 }
 
+void RecvAny::check_senders(shm::Group& g, const OpInfo& op) {
+  g.check_progress(-1, op, "send");
+  switch (g.check_any_sender(op)) {
+    case shm::Group::Senders::not_looked:
+      return;
+    case shm::Group::Senders::some_may_send:
+      looks_with_none_left_ = 0;
+      return;
+    case shm::Group::Senders::none_left:
+      // Twice, 20 ms apart: a send to itself submitted after this receive may not have been
+      // polled yet at the first look, and is under way or in its FIFO by the second.
+      if (++looks_with_none_left_ < 2) return;
+      std::string ranks;
+      int first = -1;
+      for (int r = 0; r < g.size(); ++r)
+        if (r != g.rank()) {
+          if (first < 0) first = g.global(r);
+          ranks += (ranks.empty() ? "" : ", ") + std::to_string(g.global(r));
+        }
+      throw PeerError("smddp: " + op.describe() + ": every rank that could send to it (rank" +
+                          (g.size() > 2 ? "s " : " ") + ranks + ") left (destroyed its communicator) or died " +
+                          "with no message under tag " + std::to_string(tag_) + " for it",
+                      first);
+  }
+}
+
 bool RecvAny::poll(shm::Group& g, const OpInfo& op) {
   g.throw_if_aborted(op);
   if (!chosen_) {
     if (g.any_open_before(op.seq)) {  // an earlier receive from any rank takes the next message
-      g.check_progress(-1, op, "send");
+      check_senders(g, op);
       return false;
     }
     if (!open_in_) {
@@ -118,7 +144,7 @@ bool RecvAny::poll(shm::Group& g, const OpInfo& op) {
     }
     const int src = peek_any(g, tag_, &next_);
     if (src < 0) {
-      g.check_progress(-1, op, "send");
+      check_senders(g, op);
       return false;
     }
     g.close_any(seq_);

@@ -79,6 +79,10 @@ class RecvAny {
   bool poll(shm::Group& g, const OpInfo& op);
 
  private:
+  // Nothing found: a node-mate that died fails it, and so does every other rank of the
+  // communicator (all on this node) having left with nothing for it.
+  void check_senders(shm::Group& g, const OpInfo& op);
+  int looks_with_none_left_ = 0;  // consecutive looks of Group::check_any_sender that said so
   shm::Group* open_in_ = nullptr;  // while unresolved and looking (Group::open_any)
   uint64_t seq_ = 0;
   void* data_;

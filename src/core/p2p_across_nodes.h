@@ -142,6 +142,7 @@ class NetOrLocalAnySource {
       source_->store(local_ranks_[static_cast<size_t>(src)]);
       return local_->poll(g, op);
     }
+    g.check_any_sender(op);  // a node-mate that died fails it; ranks elsewhere may still send
     return wait_.still_waiting(ep_, h_, op);
   }
 

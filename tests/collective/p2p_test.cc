@@ -407,6 +407,109 @@ TEST(P2P, ADeadPeerIsNamedWhileAnEarlierReceiveWaitsOnALiveOne) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// A receive from any rank fails at once, naming the rank, when a rank of its node dies, as ULFM
+// fails MPI_ANY_SOURCE: rank 1 is alive and sends nothing, rank 2 is killed while rank 0 waits.
+// It used to wait out its timeout (torch's default: 30 minutes). `hosts_of` empty: one node; else
+// rank 1 on another node, whose ranks might still send, and the dead rank 2 beside rank 0.
+void any_source_fails_when_a_node_mate_dies(const std::vector<int>& hosts_of) {
+  std::unique_ptr<NetnsHosts> hosts;
+  RunOptions ro;
+  if (!hosts_of.empty()) {
+    hosts = std::make_unique<NetnsHosts>(2);
+    ro = hosts->place(hosts_of);
+  }
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = std::chrono::seconds(30);  // far beyond the test's bound: detection must not rely on it
+    Communicator c(store, rank, w, o);
+    c.barrier().wait();
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::kill(::getpid(), SIGKILL);
+    }
+    if (rank == 1) {
+      int32_t go = 0;
+      try {
+        c.recv(&go, 1, DataType::i32, 0, 2).wait();  // never sent: fails once rank 0 leaves
+      } catch (const Error&) {
+      }
+      return;
+    }
+    int32_t v = -1;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      c.recv_any(&v, 1, DataType::i32, 4).wait();
+      rep.fail("a receive from any rank succeeded with nobody sending");
+    } catch (const PeerError& e) {
+      if (e.peer() != 2) rep.fail(std::string("the error names another rank: ") + e.what());
+    } catch (const Error& e) {
+      rep.fail(std::string("not a PeerError: ") + e.what());
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) rep.fail("the dead rank was named too late");
+  }, ro);
+  ASSERT_EQ(res.ranks[2].exit_code, -SIGKILL);
+  res.ranks[2].exit_code = 0;
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+TEST(P2P, AReceiveFromAnyRankFailsAtOnceWhenARankDies) { any_source_fails_when_a_node_mate_dies({}); }
+
+// In a communicator on one node, a receive from any rank fails once every other rank has left
+// with nothing for it, naming them, rather than wait out its timeout: rank 1 sends one message
+// and destroys its communicator; rank 0 receives it (posted before or after the exit), then its
+// next receive from any rank fails. A send to itself is still a sender: one posted just after
+// the receive, and one posted before it, both arrive, with every other rank gone.
+TEST(P2P, AReceiveFromAnyRankFailsOnceEveryOtherRankLeft) {
+  for (int round = 0; round < 2; ++round) {
+    auto res = run_ranks(2, [round](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+      Options o;
+      o.timeout = std::chrono::seconds(30);
+      int32_t v = 7, got = -1;  // outlive the communicator
+      Communicator c(store, rank, w, o);
+      if (rank == 1) {
+        c.send(&v, 1, DataType::i32, 0, 3).wait();
+        return;  // destroys the communicator: rank 1 has left
+      }
+      if (round == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      try {
+        Work r = c.recv_any(&got, 1, DataType::i32, 3);
+        r.wait();
+        if (got != 7 || r.source() != 1) rep.fail("got " + std::to_string(got) + " from " + std::to_string(r.source()));
+      } catch (const Error& e) {
+        rep.fail(std::string("the message of a rank that left was lost: ") + e.what());
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1 has left by now
+      for (bool send_first : {false, true}) {
+        int32_t mine = send_first ? 21 : 20, back = -1;
+        Work s, r;
+        if (send_first) s = c.send(&mine, 1, DataType::i32, 0, 5);
+        r = c.recv_any(&back, 1, DataType::i32, 5);
+        if (!send_first) s = c.send(&mine, 1, DataType::i32, 0, 5);
+        try {
+          r.wait();
+          s.wait();
+          if (back != mine || r.source() != 0) rep.fail("a send to itself gave " + std::to_string(back));
+        } catch (const Error& e) {
+          rep.fail(std::string("a send to itself after the others left failed: ") + e.what());
+        }
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        c.recv_any(&got, 1, DataType::i32, 3).wait();
+        rep.fail("a receive from any rank succeeded after every other rank left");
+      } catch (const PeerError& e) {
+        if (e.peer() != 1 || std::string(e.what()).find("left") == std::string::npos)
+          rep.fail(std::string("the error does not name rank 1 leaving: ") + e.what());
+      } catch (const Error& e) {
+        rep.fail(std::string("not a PeerError: ") + e.what());
+      }
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) rep.fail("it failed too late");
+    });
+    ASSERT_TRUE(res.ok()) << "round " << round << ": " << res.summary();
+  }
+}
+
 // Several sends to, and receives from, the same peer in flight at once, each larger than the
 // FIFO: each message must arrive whole and in order (they used to interleave their bytes when
 // the consumer drained the FIFO between two polls).
@@ -556,6 +659,12 @@ TEST(P2P, AReceiveAcrossNodesFailedByALocalAbortIsWithdrawn) {
     }
   }, hosts.place({0, 0, 1}));
   ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// Across nodes too, a node-mate's death fails the receive at once, though rank 1 on the other
+// node could still send.
+TEST(P2P, AReceiveFromAnyRankAcrossNodesFailsAtOnceWhenANodeMateDies) {
+  any_source_fails_when_a_node_mate_dies({0, 1, 0});
 }
 
 TEST(P2P, AnySourceAcrossNodesMixesLocalAndRemoteSenders) {

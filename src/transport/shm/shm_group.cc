@@ -703,6 +703,30 @@ size_t Group::fifo_pop(int src, void* data, size_t bytes) {
   return s.bytes();
 }
 
+Group::Senders Group::check_any_sender(const OpInfo& op) {
+  const auto now = Clock::now();
+  if (now < next_sender_check_) return Senders::not_looked;
+  next_sender_check_ = now + std::chrono::milliseconds(20);
+  bool any_may_send = fifo_claimed(true, rank_);  // a send to itself, under way
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const RankCtl* c = ctl(r);
+    if (c->departed.load(std::memory_order_acquire)) {
+      any_may_send |= fifo_claimed(false, r);  // an earlier receive may leave a matching message next
+      continue;
+    }
+    const int pid = c->pid.load(std::memory_order_acquire);
+    if (pid > 0 && c->pidns == pidns_ && process_dead(pid)) {
+      throw_if_aborted(op);  // a reason it wrote before it died names the cause better
+      throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(global(r)) + " died (pid " +
+                          std::to_string(pid) + ") while this rank waited for any rank to send",
+                      global(r));
+    }
+    any_may_send = true;
+  }
+  return any_may_send ? Senders::some_may_send : Senders::none_left;
+}
+
 void Group::check_progress(int peer, const OpInfo& op, const char* waiting_for) {
   throw_if_aborted(op);
   const auto now = Clock::now();

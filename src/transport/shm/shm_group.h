@@ -67,6 +67,8 @@ class Group {
   Group& operator=(const Group&) = delete;
 
   int rank() const { return rank_; }
+  // The communicator's rank of local rank `local` (how messages name it).
+  int global(int local) const { return global_.empty() ? local : global_[static_cast<size_t>(local)]; }
   int size() const { return size_; }
   // Process id of local rank r (single-copy reads of its memory: device/peer_window.h).
   int pid_of(int r) const;
@@ -141,6 +143,14 @@ class Group {
   // the rank is not known yet (a receive from any rank) or on another node: the error names
   // op.peer where it is known.
   void check_progress(int peer, const OpInfo& op, const char* waiting_for);
+  // A receive from any rank that found no message (the deadline is the caller's: check_progress
+  // or the network's): at most every 20 ms it looks at the other ranks of this node. It throws PeerError once one died
+  // (as ULFM fails a receive from MPI_ANY_SOURCE at any process's failure: the message may have
+  // been that rank's), and says whether every other rank has left, none with a receive of this
+  // rank's still reading its FIFO, while no send of this rank to itself is moving: then no rank
+  // of this node can send the message (the caller decides, knowing whether other nodes could).
+  enum class Senders { not_looked, some_may_send, none_left };
+  Senders check_any_sender(const OpInfo& op);
 
   // --- failure ---
   // Tells every rank the communicator is dead (first caller's reason wins). `mismatch`: the
@@ -174,7 +184,6 @@ class Group {
   Clock::time_point latest_deadline(const std::vector<int>& ranks) const;
   // `target`: the round count of the wait that compares (the first after announce()).
   void compare_fingerprints(uint64_t target);
-  int global(int local) const { return global_.empty() ? local : global_[static_cast<size_t>(local)]; }
   std::vector<int> global(const std::vector<int>& locals) const;
 
   template <class Ready, class Missing>
@@ -214,6 +223,7 @@ class Group {
   // [peer + 1]: when check_progress next looks for that peer's loss (index 0: a receive from any
   // rank). Per peer: one clock for the group let the first operation polled take every check.
   std::vector<Clock::time_point> next_liveness_check_;
+  Clock::time_point next_sender_check_{};  // check_any_sender: when it next looks at the ranks
   Clock::time_point no_yield_until_{};  // a yield lost the core to another process: sleep till then
   Clock::time_point next_move_{};      // move_off_cpu: not again before then
   const bool cpu_number_is_cheap_ = cpu_number_is_cheap();
