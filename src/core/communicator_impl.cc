@@ -104,6 +104,21 @@ shm::GroupConfig group_config(bool oversubscribed, bool let_peers_read) {
 
 }  // namespace
 
+namespace {
+// The engine's sleep while every op it polls waits on the network (none on one node, or
+// without libfabric): until the endpoint's completion queue has news.
+engine::P2pSleep network_sleep([[maybe_unused]] ofi::Endpoint* ep) {
+#ifdef SMDDP_HAVE_LIBFABRIC
+  if (ep)
+    return {[ep](const std::function<bool()>& ready, std::chrono::microseconds timeout) {
+              ep->sleep_until_news(ready, timeout);
+            },
+            [ep] { ep->wake_sleeper(); }};
+#endif
+  return {};
+}
+}  // namespace
+
 CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options options)
     : fork_generation_(fork_generation()),
       creator_pid_(static_cast<int>(::getpid())),
@@ -203,7 +218,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       engine::P2pSleep{[g = shm_.get()](const std::function<bool()>& ready, std::chrono::microseconds timeout) {
                          g->sleep_on_fifos(ready, timeout);
                        },
-                       [g = shm_.get()] { g->wake_fifo_sleeper(); }});
+                       [g = shm_.get()] { g->wake_fifo_sleeper(); }},
+      network_sleep(net_.get()));
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
                         << ", transport shm, reduce kernels " << reduce::isa() << ", host copies "
                         << device::host_copy_kind();
@@ -640,7 +656,7 @@ Work CommunicatorImpl::collective(CollArgs args) {
 }
 
 Work CommunicatorImpl::submit_p2p(const char* name, int peer, P2pPoll poll, std::shared_ptr<std::atomic<int>> source,
-                                  bool announced) {
+                                  engine::Announcer announced_by) {
   auto state = std::make_shared<OpState>();
   state->source = std::move(source);
   std::lock_guard<std::mutex> g(submit_mu_);
@@ -652,7 +668,7 @@ Work CommunicatorImpl::submit_p2p(const char* name, int peer, P2pPoll poll, std:
   engine::Task t;
   t.state = state;
   t.p2p = true;
-  t.announced = announced;
+  t.announced_by = announced_by;
   t.poll = [this, op, poll = std::move(poll)]() mutable {
     if (op.deadline == Clock::time_point{}) op.deadline = Clock::now() + op.timeout;
     try {
@@ -689,11 +705,15 @@ int CommunicatorImpl::local_index(int global_rank) const {
 Work CommunicatorImpl::point_to_point(const char* name, int peer, bool is_send, void* buf, size_t bytes,
                                       const Memory& m, const std::function<P2pPoll(void*)>& on,
                                       std::shared_ptr<std::atomic<int>> source) {
-  // Host memory between ranks of this node: the FIFOs' pushes and pops wake the engine. Across
-  // nodes (the network must be polled) and on CUDA memory (the copies' events) it polls.
-  if (m.kind != Memory::Kind::cuda)
-    return submit_p2p(name, peer, on(buf), std::move(source),
-                      /*announced=*/!multi_node_ || (peer >= 0 && local_index(peer) >= 0));
+  // Host memory between ranks of this node: the FIFOs' pushes and pops wake the engine; with a
+  // rank on another node, the network's completions. A receive from any rank across nodes
+  // (both) and CUDA memory (the copies' events) are polled.
+  if (m.kind != Memory::Kind::cuda) {
+    const engine::Announcer by = !multi_node_ || (peer >= 0 && local_index(peer) >= 0) ? engine::Announcer::node_fifos
+                                 : peer >= 0                                            ? engine::Announcer::network
+                                                                                        : engine::Announcer::none;
+    return submit_p2p(name, peer, on(buf), std::move(source), by);
+  }
   // The caller's stream's work so far, marked now on the caller's thread (as for collectives).
   std::shared_ptr<void> ready = m.stream ? device::cuda_event_after(m.stream, m.device) : nullptr;
   P2pStagingPool::Lease host = p2p_staging_->take(bytes);
@@ -701,7 +721,7 @@ Work CommunicatorImpl::point_to_point(const char* name, int peer, bool is_send, 
   auto staged = std::make_shared<StagedP2p>(
       is_send, buf, bytes, std::move(host), [this, m]() -> device::Device& { return device_for(m); }, std::move(ready),
       std::move(on_host));
-  return submit_p2p(name, peer, polled(std::move(staged)), std::move(source), /*announced=*/false);
+  return submit_p2p(name, peer, polled(std::move(staged)), std::move(source), engine::Announcer::none);
 }
 
 Work CommunicatorImpl::send(const void* buf, size_t bytes, int peer, uint32_t tag, const Memory& memory) {

@@ -65,10 +65,9 @@ class CommunicatorImpl {
 
  private:
   OpInfo make_op(const char* name, int peer = -1);
-  // announced: the op moves through this node's FIFOs alone, whose pushes and pops wake a
-  // sleeping engine (engine::Task::announced).
+  // announced_by: what wakes a sleeping engine when the op may progress (engine::Announcer).
   Work submit_p2p(const char* name, int peer, P2pPoll poll, std::shared_ptr<std::atomic<int>> source,
-                  bool announced);
+                  engine::Announcer announced_by);
   // Index of a global rank within this node's shm group, or -1 when it is on another node.
   int local_index(int global_rank) const;
   void run_collective(OpInfo& op, const algorithms::CollArgs& args);

@@ -82,8 +82,12 @@ void OpState::on_complete(std::function<void(std::exception_ptr)> cb) {
 
 namespace smddp::engine {
 
-Engine::Engine(bool allow_inline, Doze doze, P2pSleep p2p_sleep)
-    : allow_inline_(allow_inline), doze_(doze), p2p_sleep_(std::move(p2p_sleep)), thread_([this] { loop(); }) {}
+Engine::Engine(bool allow_inline, Doze doze, P2pSleep fifo_sleep, P2pSleep net_sleep)
+    : allow_inline_(allow_inline),
+      doze_(doze),
+      fifo_sleep_(std::move(fifo_sleep)),
+      net_sleep_(std::move(net_sleep)),
+      thread_([this] { loop(); }) {}
 
 Engine::~Engine() { shutdown(nullptr); }
 
@@ -189,10 +193,10 @@ std::optional<Task> Engine::submit(Task task) {
   }
   queue_.push_back(std::move(task));
   submitted_.fetch_add(1, std::memory_order_release);
-  const bool wake_p2p_sleep = p2p_sleeping_;
+  const P2pSleep* wake_p2p_sleep = p2p_sleeping_on_;
   lk.unlock();
   if (wake) cv_.notify_all();
-  if (wake_p2p_sleep) p2p_sleep_.wake();
+  if (wake_p2p_sleep) wake_p2p_sleep->wake();
   return std::nullopt;
 }
 
@@ -274,13 +278,11 @@ void Engine::loop() {
     if (!finished && !p2p.empty()) {
       // Nothing finished: back off (the poll functions watch their own deadlines). After a few
       // hundred yields, sleep until a wake-up where every op has one, else poll every 50 us.
-      const bool announced =
-          p2p_sleep_.sleep && std::all_of(p2p.begin(), p2p.end(), [](const Task& t) { return t.announced; });
       if (idle_polls < 256) {  // (counts no further: a receive may wait for days)
         ++idle_polls;
         sched_yield();
-      } else if (announced) {
-        finished = sleep_on_p2p(p2p, submitted);
+      } else if (const P2pSleep* sleep = sleep_for(p2p)) {
+        finished = sleep_on_p2p(p2p, submitted, *sleep);
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
@@ -339,19 +341,26 @@ bool Engine::poll_p2p(std::vector<Task>& ops) {
   return finished;
 }
 
-bool Engine::sleep_on_p2p(std::vector<Task>& ops, uint64_t submitted) {
+const P2pSleep* Engine::sleep_for(const std::vector<Task>& ops) const {
+  const Announcer by = ops.empty() ? Announcer::none : ops.front().announced_by;
+  if (!std::all_of(ops.begin(), ops.end(), [by](const Task& t) { return t.announced_by == by; })) return nullptr;
+  const P2pSleep* s = by == Announcer::node_fifos ? &fifo_sleep_ : by == Announcer::network ? &net_sleep_ : nullptr;
+  return s && s->sleep ? s : nullptr;
+}
+
+bool Engine::sleep_on_p2p(std::vector<Task>& ops, uint64_t submitted, const P2pSleep& sleep) {
   // The liveness checks of the ops' polls (shm::Group::check_progress) come every 20 ms: a
   // sleep no longer than that keeps a dead peer found as soon as before.
   constexpr std::chrono::microseconds kLongest{20000};
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stop_ || submitted_.load(std::memory_order_relaxed) != submitted) return false;
-    p2p_sleeping_ = true;  // from here on a submit wakes the sleep
+    p2p_sleeping_on_ = &sleep;  // from here on a submit wakes the sleep
   }
   // Asked once the sleeper counts itself: an op submitted since the round began (its wake may
   // have come before the count) ends the sleep, as does an op that finishes on this last poll.
   bool finished = false;
-  p2p_sleep_.sleep(
+  sleep.sleep(
       [&] {
         if (submitted_.load(std::memory_order_acquire) != submitted) return true;
         finished = poll_p2p(ops);
@@ -359,7 +368,7 @@ bool Engine::sleep_on_p2p(std::vector<Task>& ops, uint64_t submitted) {
       },
       kLongest);
   std::lock_guard<std::mutex> g(mu_);
-  p2p_sleeping_ = false;
+  p2p_sleeping_on_ = nullptr;
   return finished;
 }
 
@@ -398,7 +407,7 @@ void Engine::idle_wait(std::unique_lock<std::mutex>& lk) {
 }
 
 void Engine::shutdown(std::exception_ptr reason) {
-  bool wake_p2p_sleep = false;
+  const P2pSleep* wake_p2p_sleep = nullptr;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stop_ && !thread_.joinable()) return;
@@ -407,10 +416,10 @@ void Engine::shutdown(std::exception_ptr reason) {
       stop_reason_ = reason ? reason
                             : std::make_exception_ptr(AbortedError("smddp: the communicator was destroyed"));
     submitted_.fetch_add(1, std::memory_order_release);  // ends a sleep on point-to-point ops
-    wake_p2p_sleep = p2p_sleeping_;
+    wake_p2p_sleep = p2p_sleeping_on_;
   }
   cv_.notify_all();
-  if (wake_p2p_sleep) p2p_sleep_.wake();
+  if (wake_p2p_sleep) wake_p2p_sleep->wake();
   if (thread_.joinable()) thread_.join();
   // A collective running on a caller's thread (inline or run_here) still uses the communicator,
   // which is destroyed next: wait for it (the communicator aborts it first if it must).

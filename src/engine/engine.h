@@ -4,8 +4,9 @@
 // consecutive send/recv operations progresses together (batch_isend_irecv's pattern, where two
 // ranks send to each other before receiving), and they all finish before the next collective
 // starts, as on a CUDA stream. When polling finds nothing to do for a while, the thread sleeps
-// until the node's shared memory rings (P2pSleep) where every pending op moves through it, and
-// polls every 50 us otherwise (the network, CUDA copies). When the engine is idle, a collective may run on the caller's
+// until the node's shared memory rings (P2pSleep) where every pending op moves through it, or
+// until the network's completion queue has news where every one waits on the network, and polls
+// every 50 us otherwise (CUDA copies, ops of both kinds). When the engine is idle, a collective may run on the caller's
 // thread instead (SMDDP_INLINE, or an InlineScope on that thread), and a caller that waits for a
 // collective still first in line runs it itself (run_here): no thread hand-off, so small
 // collectives have low latency. Either way one collective runs at a time (busy_).
@@ -82,10 +83,11 @@ struct Doze {
   std::chrono::microseconds window{0};  // how long after the last queued op the thread dozes
 };
 
-// How the engine thread waits while every pending point-to-point op is one whose progress a
-// wake-up announces (Task::announced): the communicator's shared-memory eventcount, which every
-// FIFO push and pop rings. Without it (or with another op pending) the thread polls, sleeping
-// 50 us between rounds: thousands of wake-ups a second (7,000 here) for as long as a receive waits.
+// How the engine thread waits while every pending point-to-point op is one whose progress the
+// same source of wake-ups announces (Task::announced_by): the communicator's shared-memory
+// eventcount, which every FIFO push and pop rings, or the network's completion queue. Without
+// one (or with ops of both kinds pending) the thread polls, sleeping 50 us between rounds:
+// thousands of wake-ups a second (7,000 here) for as long as a receive waits.
 struct P2pSleep {
   // Sleeps until woken or `timeout`, unless ready(), asked once the sleeper counts itself (so a
   // wake-up between the last poll and the sleep is not lost), is true.
@@ -94,12 +96,17 @@ struct P2pSleep {
   std::function<void()> wake;
 };
 
+// What announces a point-to-point op's progress, so that the engine may sleep until it rings.
+enum class Announcer : uint8_t {
+  none,        // polled (CUDA copies' events; a receive from any rank across nodes: two sources)
+  node_fifos,  // a send or receive through this node's shared memory
+  network,     // a send or receive with a rank on another node
+};
+
 struct Task {
   std::shared_ptr<detail::OpState> state;
   bool p2p = false;
-  // p2p: its progress is announced by P2pSleep's wake-ups (a send or receive through this
-  // node's shared memory), so the engine may sleep until one rather than poll.
-  bool announced = false;
+  Announcer announced_by = Announcer::none;  // p2p
   // Wake a dozing engine for it: nobody will run it with run_here (a CUDA collective, whose
   // wait() makes a stream wait rather than the host).
   bool start_now = false;
@@ -114,7 +121,9 @@ struct Task {
 // Made with std::make_shared, so that its operations can name it (OpState::engine).
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
-  explicit Engine(bool allow_inline, Doze doze = {}, P2pSleep p2p_sleep = {});
+  // `fifo_sleep`, `net_sleep`: the sleeps of ops announced by the node's FIFOs and by the
+  // network (either may be empty: such ops are polled).
+  explicit Engine(bool allow_inline, Doze doze = {}, P2pSleep fifo_sleep = {}, P2pSleep net_sleep = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -168,10 +177,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   static void finish(Task& t, std::exception_ptr e);
   // Polls each op of `ops` once (unlocked), completing and removing those that finished; true if any did.
   bool poll_p2p(std::vector<Task>& ops);
-  // Sleeps on p2p_sleep_ until a wake-up, an op submitted after `submitted` ops were, or its
+  // The sleep that announces every op of `ops`; null when none does.
+  const P2pSleep* sleep_for(const std::vector<Task>& ops) const;
+  // Sleeps on `sleep` until a wake-up, an op submitted after `submitted` ops were, or its
   // timeout, polling `ops` once after it counted itself a sleeper; true if an op finished then.
-  // For when every op of `ops` is announced.
-  bool sleep_on_p2p(std::vector<Task>& ops, uint64_t submitted);
+  bool sleep_on_p2p(std::vector<Task>& ops, uint64_t submitted, const P2pSleep& sleep);
   // Runs a collective on this thread and completes it (its callbacks run here too).
   void run_and_finish(Task& t);
   // Nothing runs or waits to: no collective, no queued task, no point-to-point op in flight.
@@ -179,7 +189,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   const bool allow_inline_;
   const Doze doze_;
-  const P2pSleep p2p_sleep_;
+  const P2pSleep fifo_sleep_, net_sleep_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
@@ -194,7 +204,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // wait() runs one (run_here).
   bool callers_wait_ = true;
   size_t doze_ticks_ = 0;
-  bool p2p_sleeping_ = false;  // the thread sleeps on p2p_sleep_: a submit must wake it there
+  const P2pSleep* p2p_sleeping_on_ = nullptr;  // the thread sleeps there: a submit must wake it
   std::atomic<uint64_t> submitted_{0};  // ops submitted (and shutdowns): what ends a p2p sleep
   std::chrono::steady_clock::time_point last_queued_{};  // when a task was last queued
   std::exception_ptr stop_reason_;

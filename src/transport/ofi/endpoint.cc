@@ -20,6 +20,7 @@
 #include "core/logging.h"
 #include "smddp/errors.h"
 #include "topology/pci.h"
+#include "transport/ofi/completion_wait.h"
 #include "transport/ofi/fid.h"
 #include "transport/ofi/job_key.h"
 #include "transport/ofi/provider.h"
@@ -116,6 +117,7 @@ struct Endpoint::Impl {
   FidOwner<fid_fabric> fabric;
   FidOwner<fid_domain> domain;
   FidOwner<fid_cq> cq;
+  std::unique_ptr<CompletionWait> cq_wait;  // sleeps until cq has news (the engine's waits)
   FidOwner<fid_av> av;
   FidOwner<fid_ep> ep;
   std::vector<fi_addr_t> addrs;
@@ -259,6 +261,17 @@ struct Endpoint::Impl {
 
   // Reads completions, then posts the chunks that were refused for lack of room.
   void drive();
+  // Whether a request has something to post that the provider refused for lack of room (only
+  // polling posts it: no completion need announce the room).
+  bool posts_waiting() const {
+    for (const auto& r : inflight) {
+      if (!r->error.empty()) continue;
+      if (!r->rma && r->posted < r->ops) return true;
+      if (r->rma && !r->is_send && !r->ticket_sent) return true;
+      if (r->rma && r->is_send && (r->posted == 0 || (r->completed > 0 && r->posted < r->ops))) return true;
+    }
+    return false;
+  }
   // Posts the sweep's next look for foreign messages, if one is due (job_key.h).
   void sweep_foreign();
   // What a look came back with.
@@ -435,7 +448,14 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_TAGGED;
   cq_attr.size = 4096;
-  check("fi_cq_open", fi_cq_open(m.domain.get(), &cq_attr, m.cq.out(), nullptr));
+  cq_attr.wait_obj = wanted_wait_object();
+  int cq_rc = fi_cq_open(m.domain.get(), &cq_attr, m.cq.out(), nullptr);
+  if (cq_rc != 0 && cq_attr.wait_obj != FI_WAIT_NONE) {  // a provider without wait objects (efa)
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    cq_rc = fi_cq_open(m.domain.get(), &cq_attr, m.cq.out(), nullptr);
+  }
+  check("fi_cq_open", cq_rc);
+  m.cq_wait = std::make_unique<CompletionWait>(m.fabric.get(), m.cq.get(), cq_attr.wait_obj);
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;
   check("fi_av_open", fi_av_open(m.domain.get(), &av_attr, m.av.out(), nullptr));
@@ -467,6 +487,7 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
                         << info->fabric_attr->name << "), rail " << m.rail << " (" << rail_how << ", " << m.num_rails
                         << (m.num_rails == 1 ? " rail" : " rails") << " on this node)"
                         << (m.rma_min ? ", RMA writes from " + std::to_string(m.rma_min) + " B" : std::string())
+                        << (m.cq_wait->blocks() ? ", waits block on the completion queue" : ", waits poll")
                         << ", max message "
                         << m.max_msg << " B" << (m.need_mr ? ", local memory registration" : "")
                         << ", job key from the Store's token (foreign messages swept over " << m.sweep->bits().size()
@@ -709,6 +730,24 @@ void Endpoint::progress() {
   std::lock_guard<std::mutex> g(impl_->mu);
   impl_->drive();
 }
+
+bool Endpoint::waits_block() const { return impl_->cq_wait->blocks(); }
+
+void Endpoint::sleep_until_news(const std::function<bool()>& ready, std::chrono::microseconds timeout) {
+  Impl& m = *impl_;
+  m.cq_wait->sleep(ready,
+                   [&m] {
+                     std::lock_guard<std::mutex> g(m.mu);
+                     // The sweep's next look is due within its period (100 ms): at most a
+                     // timeout late, as the caller's sleeps are short (20 ms).
+                     return !m.posts_waiting() && m.cq_wait->trywait();
+                   },
+                   timeout);
+}
+
+void Endpoint::wake_sleeper() { impl_->cq_wait->wake(); }
+
+size_t Endpoint::blocking_sleeps() const { return impl_->cq_wait->blocking_sleeps(); }
 
 bool Endpoint::test(const Handle& h) {
   std::lock_guard<std::mutex> g(impl_->mu);

@@ -99,6 +99,15 @@ class Endpoint {
   // Reads completions and posts what waits to be posted, for every request (errors stay with
   // their requests). For callers busy elsewhere, e.g. a shared-memory wait.
   void progress();
+  // --- the engine's sleep while its ops wait on the network (completion_wait.h) ---
+  // Whether sleep_until_news() blocks on the completion queue's wait object (the provider has
+  // one, SMDDP_OFI_WAIT=fd); else it sleeps 50 us at a time.
+  bool waits_block() const;
+  // Sleeps until a completion may be there to read, wake_sleeper() is called or `timeout`
+  // passes, unless ready(), asked once the sleeper counts itself, is true.
+  void sleep_until_news(const std::function<bool()>& ready, std::chrono::microseconds timeout);
+  void wake_sleeper();
+  size_t blocking_sleeps() const;  // sleeps that blocked so far (tests)
   // Drives progress until `h` is done or op's deadline passes (TimeoutError naming the peer).
   // `watch`, when set, runs every 20 ms while waiting and may throw (abort from elsewhere).
   void wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch = nullptr);
