@@ -326,6 +326,9 @@ constexpr char kMismatchMark[] = "mismatch:";
 void CommunicatorImpl::abort_everywhere(const std::string& reason, bool mismatch) {
   failed_.store(true);
   shm_->abort(reason, mismatch);
+#ifdef SMDDP_HAVE_LIBFABRIC
+  if (net_) net_->wake_sleeper();  // an engine asleep on the network (the abort rings the FIFO bells)
+#endif
   // Other nodes do not see this node's shared memory: tell them through the store.
   if (multi_node_) {
     try {

@@ -455,10 +455,11 @@ void any_source_fails_when_a_node_mate_dies(const std::vector<int>& hosts_of) {
 TEST(P2P, AReceiveFromAnyRankFailsAtOnceWhenARankDies) { any_source_fails_when_a_node_mate_dies({}); }
 
 // In a communicator on one node, a receive from any rank fails once every other rank has left
-// with nothing for it, naming them, rather than wait out its timeout: rank 1 sends one message
-// and destroys its communicator; rank 0 receives it (posted before or after the exit), then its
-// next receive from any rank fails. A send to itself is still a sender: one posted just after
-// the receive, and one posted before it, both arrive, with every other rank gone.
+// with nothing for it, naming them, rather than wait out its timeout: rank 1 sends its messages
+// and destroys its communicator; rank 0 receives them (posted before or after the exit; one
+// under a tag that waits behind another's), then its next receive from any rank fails. A send
+// to itself is still a sender: one posted just after the receive, and one posted before it,
+// both arrive, with every other rank gone.
 TEST(P2P, AReceiveFromAnyRankFailsOnceEveryOtherRankLeft) {
   for (int round = 0; round < 2; ++round) {
     auto res = run_ranks(2, [round](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
@@ -466,8 +467,11 @@ TEST(P2P, AReceiveFromAnyRankFailsOnceEveryOtherRankLeft) {
       o.timeout = std::chrono::seconds(30);
       int32_t v = 7, got = -1;  // outlive the communicator
       Communicator c(store, rank, w, o);
+      int32_t eight = 8, nine = 9;
       if (rank == 1) {
         c.send(&v, 1, DataType::i32, 0, 3).wait();
+        c.send(&eight, 1, DataType::i32, 0, 8).wait();
+        c.send(&nine, 1, DataType::i32, 0, 9).wait();
         return;  // destroys the communicator: rank 1 has left
       }
       if (round == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -480,6 +484,22 @@ TEST(P2P, AReceiveFromAnyRankFailsOnceEveryOtherRankLeft) {
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1 has left by now
+      // Its tag-9 message waits behind its tag-8 one, which a receive posted later takes: the
+      // receive from any rank of tag 9 waits meanwhile (several looks) and then gets it.
+      {
+        int32_t a = -1, b = -1;
+        Work nine_any = c.recv_any(&a, 1, DataType::i32, 9);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        Work eight_from_1 = c.recv(&b, 1, DataType::i32, 1, 8);
+        try {
+          nine_any.wait();
+          eight_from_1.wait();
+          if (a != 9 || b != 8) rep.fail("messages behind another tag: " + std::to_string(a) + ", " + std::to_string(b));
+        } catch (const Error& e) {
+          rep.fail(std::string("a message of a rank that left, behind one under another tag, was lost: ") + e.what());
+          return;
+        }
+      }
       for (bool send_first : {false, true}) {
         int32_t mine = send_first ? 21 : 20, back = -1;
         Work s, r;

@@ -16,12 +16,13 @@
 
 namespace smddp::ofi {
 
-enum fi_wait_obj wanted_wait_object() {
+enum fi_wait_obj wanted_wait_object(const std::string& provider) {
   const std::string how = config::get_string("SMDDP_OFI_WAIT");
   if (how == "poll") return FI_WAIT_NONE;
-  if (how != "fd")
-    throw InvalidArgument("smddp: SMDDP_OFI_WAIT is '" + how + "': expected fd (the default) or poll");
-  return FI_WAIT_FD;
+  if (how == "fd") return FI_WAIT_FD;
+  if (how != "auto")
+    throw InvalidArgument("smddp: SMDDP_OFI_WAIT is '" + how + "': expected auto (the default), fd or poll");
+  return provider == "tcp" || provider == "tcp;ofi_rxm" ? FI_WAIT_FD : FI_WAIT_NONE;
 }
 
 CompletionWait::CompletionWait(fid_fabric* fabric, fid_cq* cq, enum fi_wait_obj wait_obj)

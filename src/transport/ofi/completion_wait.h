@@ -4,8 +4,8 @@
 // (FI_WAIT_FD: tcp, tcp;ofi_rxm) the sleeper blocks in poll(2) on it and on an eventfd that
 // wake() writes; libfabric's fi_trywait, called first, says whether that is safe (nothing already
 // queued that the fd would not announce). Elsewhere (efa's queues have no wait object; or
-// SMDDP_OFI_WAIT=poll) each sleep is 50 us, the polling the engine always did: about 7,000
-// wake-ups a second here for as long as the op waits.
+// SMDDP_OFI_WAIT=poll; efa by default) each sleep is 50 us, the polling the engine always did:
+// about 7,000 wake-ups a second here for as long as the op waits.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -14,12 +14,16 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <string>
 
 namespace smddp::ofi {
 
-// The wait object to ask for when opening a completion queue: FI_WAIT_FD unless
-// SMDDP_OFI_WAIT=poll.
-enum fi_wait_obj wanted_wait_object();
+// The wait object to ask for when opening a completion queue of `provider`: SMDDP_OFI_WAIT=auto
+// (the default) asks FI_WAIT_FD of tcp and tcp;ofi_rxm, where it was measured, and none of
+// others (efa, verbs: whether their fd announces every completion is untried, and a missed one
+// costs a sleep's 20 ms); fd asks it of every provider (those without fall back to none); poll
+// of none.
+enum fi_wait_obj wanted_wait_object(const std::string& provider);
 
 class CompletionWait {
  public:

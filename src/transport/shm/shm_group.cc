@@ -707,16 +707,22 @@ Group::Senders Group::check_any_sender(const OpInfo& op) {
   const auto now = Clock::now();
   if (now < next_sender_check_) return Senders::not_looked;
   next_sender_check_ = now + std::chrono::milliseconds(20);
-  bool any_may_send = fifo_claimed(true, rank_);  // a send to itself, under way
+  // A send to itself under way; alone in the communicator, a send to itself still to come.
+  bool any_may_send = size_ == 1 || fifo_claimed(true, rank_);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const RankCtl* c = ctl(r);
+    // Bytes it left (a message under another tag ahead of one under ours, taken by a later
+    // receive; or one pushed since this receive peeked), or a receive of ours reading its FIFO:
+    // a message for this receive may come out of it yet.
+    const bool may_hold_one = fifo_available(r) > 0 || fifo_claimed(false, r);
     if (c->departed.load(std::memory_order_acquire)) {
-      any_may_send |= fifo_claimed(false, r);  // an earlier receive may leave a matching message next
+      any_may_send |= may_hold_one;
       continue;
     }
     const int pid = c->pid.load(std::memory_order_acquire);
-    if (pid > 0 && c->pidns == pidns_ && process_dead(pid)) {
+    if (!may_hold_one && pid > 0 && c->pidns == pidns_ && process_dead(pid) &&
+        !c->departed.load(std::memory_order_acquire)) {  // (one that left, then exited, is not dead)
       throw_if_aborted(op);  // a reason it wrote before it died names the cause better
       throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(global(r)) + " died (pid " +
                           std::to_string(pid) + ") while this rank waited for any rank to send",

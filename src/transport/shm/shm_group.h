@@ -144,11 +144,13 @@ class Group {
   // op.peer where it is known.
   void check_progress(int peer, const OpInfo& op, const char* waiting_for);
   // A receive from any rank that found no message (the deadline is the caller's: check_progress
-  // or the network's): at most every 20 ms it looks at the other ranks of this node. It throws PeerError once one died
-  // (as ULFM fails a receive from MPI_ANY_SOURCE at any process's failure: the message may have
-  // been that rank's), and says whether every other rank has left, none with a receive of this
-  // rank's still reading its FIFO, while no send of this rank to itself is moving: then no rank
-  // of this node can send the message (the caller decides, knowing whether other nodes could).
+  // or the network's): at most every 20 ms it looks at the other ranks of this node. It throws
+  // PeerError once one died with nothing left in its FIFO (as ULFM fails a receive from
+  // MPI_ANY_SOURCE at any process's failure: the message may have been that rank's; a process
+  // that exits without destroying its communicator has died too), and says whether every other
+  // rank has left with nothing in its FIFO and no receive of this rank reading it, while no send
+  // of this rank to itself is moving: then no rank of this node can send the message (the caller
+  // decides, knowing whether other nodes could). Alone in the communicator: never none_left.
   enum class Senders { not_looked, some_may_send, none_left };
   Senders check_any_sender(const OpInfo& op);
 
