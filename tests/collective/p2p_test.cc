@@ -361,15 +361,13 @@ TEST(P2P, ALaterReceiveTakesAMessageTheEarlierReceiveFromAnyCannot) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
-// A dead peer is named at once whatever the operations ahead of its receive wait for: rank 0
-// waits on a receive from rank 1 (alive, sending nothing until told) and one from rank 2, which
-// is killed. Liveness checks were throttled for the whole group, and the first operation took
-// every check, so the second never saw rank 2 die: the error came at the first's deadline,
-// naming rank 1.
-TEST(P2P, ADeadPeerIsNamedWhileAnEarlierReceiveWaitsOnALiveOne) {
-  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+// Three ranks, rank 2 killed 200 ms after they met; rank 1 alive and sending nothing (its
+// receive from rank 0, never sent, fails once rank 0 leaves); `rank0` runs on rank 0, with a
+// timeout of 30 s, far beyond the tests' bounds: detection must not rely on it.
+void with_rank_2_killed(const RunOptions& ro, const std::function<void(Communicator&, Report&)>& rank0) {
+  auto res = run_ranks(3, [&rank0](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;
-    o.timeout = std::chrono::seconds(30);  // far beyond the test's bound: detection must not rely on it
+    o.timeout = std::chrono::seconds(30);
     Communicator c(store, rank, w, o);
     c.barrier().wait();
     if (rank == 2) {
@@ -379,32 +377,48 @@ TEST(P2P, ADeadPeerIsNamedWhileAnEarlierReceiveWaitsOnALiveOne) {
     if (rank == 1) {
       int32_t go = 0;
       try {
-        c.recv(&go, 1, DataType::i32, 0, 2).wait();  // never sent: fails once rank 0 aborts
+        c.recv(&go, 1, DataType::i32, 0, 2).wait();
       } catch (const Error&) {
       }
       return;
     }
+    rank0(c, rep);
+  }, ro);
+  ASSERT_EQ(res.ranks[2].exit_code, -SIGKILL);
+  res.ranks[2].exit_code = 0;
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// The wait of a receive that rank 2's death must fail, with a PeerError naming it, within 5 s.
+void expect_rank_2_named(Work& w, Report& rep, const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    w.wait();
+    rep.fail(std::string(what) + " succeeded");
+  } catch (const PeerError& e) {
+    if (e.peer() != 2) rep.fail(std::string("the error names another rank: ") + e.what());
+  } catch (const Error& e) {
+    rep.fail(std::string("not a PeerError: ") + e.what());
+  }
+  if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) rep.fail("the dead rank was named too late");
+}
+
+// A dead peer is named at once whatever the operations ahead of its receive wait for: rank 0
+// waits on a receive from rank 1 (alive, sending nothing until told) and one from rank 2, which
+// is killed. Liveness checks were throttled for the whole group, and the first operation took
+// every check, so the second never saw rank 2 die: the error came at the first's deadline,
+// naming rank 1.
+TEST(P2P, ADeadPeerIsNamedWhileAnEarlierReceiveWaitsOnALiveOne) {
+  with_rank_2_killed({}, [](Communicator& c, Report& rep) {
     int32_t a = 0, b = 0;
-    const auto t0 = std::chrono::steady_clock::now();
     Work from1 = c.recv(&a, 1, DataType::i32, 1, 1);
     Work from2 = c.recv(&b, 1, DataType::i32, 2, 1);
-    try {
-      from2.wait();
-      rep.fail("a receive from a killed rank succeeded");
-    } catch (const PeerError& e) {
-      if (e.peer() != 2) rep.fail(std::string("the error names another rank: ") + e.what());
-    } catch (const Error& e) {
-      rep.fail(std::string("not a PeerError: ") + e.what());
-    }
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) rep.fail("the dead rank was named too late");
+    expect_rank_2_named(from2, rep, "a receive from a killed rank");
     try {
       from1.wait();
     } catch (const Error&) {  // aborted with the communicator
     }
   });
-  ASSERT_EQ(res.ranks[2].exit_code, -SIGKILL);
-  res.ranks[2].exit_code = 0;
-  ASSERT_TRUE(res.ok()) << res.summary();
 }
 
 // A receive from any rank fails at once, naming the rank, when a rank of its node dies, as ULFM
@@ -418,38 +432,11 @@ void any_source_fails_when_a_node_mate_dies(const std::vector<int>& hosts_of) {
     hosts = std::make_unique<NetnsHosts>(2);
     ro = hosts->place(hosts_of);
   }
-  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    Options o;
-    o.timeout = std::chrono::seconds(30);  // far beyond the test's bound: detection must not rely on it
-    Communicator c(store, rank, w, o);
-    c.barrier().wait();
-    if (rank == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      ::kill(::getpid(), SIGKILL);
-    }
-    if (rank == 1) {
-      int32_t go = 0;
-      try {
-        c.recv(&go, 1, DataType::i32, 0, 2).wait();  // never sent: fails once rank 0 leaves
-      } catch (const Error&) {
-      }
-      return;
-    }
+  with_rank_2_killed(ro, [](Communicator& c, Report& rep) {
     int32_t v = -1;
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      c.recv_any(&v, 1, DataType::i32, 4).wait();
-      rep.fail("a receive from any rank succeeded with nobody sending");
-    } catch (const PeerError& e) {
-      if (e.peer() != 2) rep.fail(std::string("the error names another rank: ") + e.what());
-    } catch (const Error& e) {
-      rep.fail(std::string("not a PeerError: ") + e.what());
-    }
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) rep.fail("the dead rank was named too late");
-  }, ro);
-  ASSERT_EQ(res.ranks[2].exit_code, -SIGKILL);
-  res.ranks[2].exit_code = 0;
-  ASSERT_TRUE(res.ok()) << res.summary();
+    Work any = c.recv_any(&v, 1, DataType::i32, 4);
+    expect_rank_2_named(any, rep, "a receive from any rank, nobody sending,");
+  });
 }
 
 TEST(P2P, AReceiveFromAnyRankFailsAtOnceWhenARankDies) { any_source_fails_when_a_node_mate_dies({}); }
