@@ -106,7 +106,7 @@ int peek_any(shm::Group& g, uint32_t tag, int* next) {
 
 void RecvAny::check_senders(shm::Group& g, const OpInfo& op) {
   g.check_progress(-1, op, "send");
-  switch (g.check_any_sender(op)) {
+  switch (g.check_any_sender(op, [&](int r) { return left_a_message_under(g, r, tag_); })) {
     case shm::Group::Senders::not_looked:
       return;
     case shm::Group::Senders::some_may_send:
@@ -128,6 +128,20 @@ void RecvAny::check_senders(shm::Group& g, const OpInfo& op) {
                           "with no message under tag " + std::to_string(tag_) + " for it",
                       first);
   }
+}
+
+bool left_a_message_under(shm::Group& g, int src, uint32_t tag) {
+  if (g.fifo_claimed(false, src)) return true;
+  const size_t available = g.fifo_available(src);
+  for (size_t at = 0; at + sizeof(Header) <= available;) {
+    Header h{};
+    g.fifo_peek(src, &h, sizeof h, at);
+    if (h.magic != kMagic) return false;  // not a message boundary: nothing to read there
+    if (h.tag == tag) return true;
+    if (h.bytes > available) return false;  // its body is not all there: nothing after it is
+    at += sizeof h + h.bytes;
+  }
+  return false;  // (a header cut short by its sender's death never becomes a message)
 }
 
 bool RecvAny::poll(shm::Group& g, const OpInfo& op) {

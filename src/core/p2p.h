@@ -65,6 +65,11 @@ class Recv {
 // carries `tag`; -1 when none does yet.
 int peek_any(shm::Group& g, uint32_t tag, int* next);
 
+// For a receive from any rank under `tag`, of a sender that is gone (shm::Group::check_any_sender):
+// whether its FIFO holds a whole header under `tag` among the messages it left, or a receive of
+// this rank is reading it (what follows is unknown).
+bool left_a_message_under(shm::Group& g, int src, uint32_t tag);
+
 // Receive from whichever rank's next message carries `tag` (MPI_ANY_SOURCE): peeks at the head of
 // every incoming FIFO, round robin, and becomes a plain Recv from the first that matches.
 class RecvAny {

@@ -142,7 +142,8 @@ class NetOrLocalAnySource {
       source_->store(local_ranks_[static_cast<size_t>(src)]);
       return local_->poll(g, op);
     }
-    g.check_any_sender(op);  // a node-mate that died fails it; ranks elsewhere may still send
+    // A node-mate that died fails it; ranks elsewhere may still send.
+    g.check_any_sender(op, [&](int r) { return p2p::left_a_message_under(g, r, tag_); });
     return wait_.still_waiting(ep_, h_, op);
   }
 

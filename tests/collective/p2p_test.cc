@@ -10,6 +10,7 @@
 #include <memory>
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "collective/harness.h"
@@ -361,16 +362,20 @@ TEST(P2P, ALaterReceiveTakesAMessageTheEarlierReceiveFromAnyCannot) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
-// Three ranks, rank 2 killed 200 ms after they met; rank 1 alive and sending nothing (its
-// receive from rank 0, never sent, fails once rank 0 leaves); `rank0` runs on rank 0, with a
-// timeout of 30 s, far beyond the tests' bounds: detection must not rely on it.
-void with_rank_2_killed(const RunOptions& ro, const std::function<void(Communicator&, Report&)>& rank0) {
-  auto res = run_ranks(3, [&rank0](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+// Three ranks, rank 2 killed 200 ms after they met (having sent rank 0 a message under tag
+// `rank2_sends` first, where one is given and rank 2 is on rank 0's node); rank 1 alive and
+// sending nothing (its receive from rank 0, never sent, fails once rank 0 leaves); `rank0` runs
+// on rank 0, with a timeout of 30 s, far beyond the tests' bounds: detection must not rely on it.
+void with_rank_2_killed(const RunOptions& ro, const std::function<void(Communicator&, Report&)>& rank0,
+                        std::optional<uint32_t> rank2_sends = std::nullopt) {
+  auto res = run_ranks(3, [&rank0, rank2_sends](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;
     o.timeout = std::chrono::seconds(30);
     Communicator c(store, rank, w, o);
     c.barrier().wait();
     if (rank == 2) {
+      int32_t left = 77;
+      if (rank2_sends) c.send(&left, 1, DataType::i32, 0, *rank2_sends).wait();
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       ::kill(::getpid(), SIGKILL);
     }
@@ -432,11 +437,12 @@ void any_source_fails_when_a_node_mate_dies(const std::vector<int>& hosts_of) {
     hosts = std::make_unique<NetnsHosts>(2);
     ro = hosts->place(hosts_of);
   }
+  // Rank 2's message under another tag, left in the FIFO, is none of this receive's.
   with_rank_2_killed(ro, [](Communicator& c, Report& rep) {
     int32_t v = -1;
     Work any = c.recv_any(&v, 1, DataType::i32, 4);
     expect_rank_2_named(any, rep, "a receive from any rank, nobody sending,");
-  });
+  }, 6);
 }
 
 TEST(P2P, AReceiveFromAnyRankFailsAtOnceWhenARankDies) { any_source_fails_when_a_node_mate_dies({}); }
@@ -459,6 +465,7 @@ TEST(P2P, AReceiveFromAnyRankFailsOnceEveryOtherRankLeft) {
         c.send(&v, 1, DataType::i32, 0, 3).wait();
         c.send(&eight, 1, DataType::i32, 0, 8).wait();
         c.send(&nine, 1, DataType::i32, 0, 9).wait();
+        c.send(&nine, 1, DataType::i32, 0, 11).wait();  // never received: no sender for the last receive
         return;  // destroys the communicator: rank 1 has left
       }
       if (round == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));

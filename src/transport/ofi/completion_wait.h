@@ -25,6 +25,9 @@ namespace smddp::ofi {
 // of none.
 enum fi_wait_obj wanted_wait_object(const std::string& provider);
 
+// One sleeper at a time (one flag, one eventfd, and fi_trywait clears the queue's signal): the
+// engine thread's, or a collective's, never both, since the engine polls no point-to-point op
+// while a collective runs.
 class CompletionWait {
  public:
   // `cq` was opened with `wait_obj`; null fabric or cq: never blocks.

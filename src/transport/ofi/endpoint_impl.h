@@ -10,6 +10,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/logging.h"
 #include "smddp/errors.h"
 #include "transport/ofi/completion_wait.h"
 #include "transport/ofi/endpoint.h"

@@ -101,8 +101,11 @@ void Endpoint::wait(const Handle& h, const OpInfo& op, const std::function<void(
   auto next_watch = Clock::now() + std::chrono::milliseconds(20);
   while (!test(h)) {
     auto now = Clock::now();
-    if (watch && *watch && now >= next_watch) {
-      (*watch)();
+    if (now >= next_watch) {
+      if (watch && *watch) {
+        (*watch)();
+        now = Clock::now();
+      }
       next_watch = now + std::chrono::milliseconds(20);
     }
     throw_if_late(h, op);

@@ -681,9 +681,9 @@ size_t Group::fifo_available(int src) const {
                      cfg_.fifo_bytes);
 }
 
-void Group::fifo_peek(int src, void* data, size_t bytes) const {
+void Group::fifo_peek(int src, void* data, size_t bytes, size_t offset) const {
   const FifoCtl* f = fifo(src, rank_);
-  const RingSpan s = ring_span(f->tail.load(std::memory_order_relaxed), bytes, cfg_.fifo_bytes);
+  const RingSpan s = ring_span(f->tail.load(std::memory_order_relaxed) + offset, bytes, cfg_.fifo_bytes);
   const std::byte* ring = fifo_data(src, rank_);
   device::host_copy(data, ring + s.pos, s.first);
   device::host_copy(static_cast<std::byte*>(data) + s.first, ring, s.second);
@@ -703,7 +703,7 @@ size_t Group::fifo_pop(int src, void* data, size_t bytes) {
   return s.bytes();
 }
 
-Group::Senders Group::check_any_sender(const OpInfo& op) {
+Group::Senders Group::check_any_sender(const OpInfo& op, const std::function<bool(int)>& left_one) {
   const auto now = Clock::now();
   if (now < next_sender_check_) return Senders::not_looked;
   next_sender_check_ = now + std::chrono::milliseconds(20);
@@ -712,23 +712,25 @@ Group::Senders Group::check_any_sender(const OpInfo& op) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const RankCtl* c = ctl(r);
-    // Bytes it left (a message under another tag ahead of one under ours, taken by a later
-    // receive; or one pushed since this receive peeked), or a receive of ours reading its FIFO:
-    // a message for this receive may come out of it yet.
-    const bool may_hold_one = fifo_available(r) > 0 || fifo_claimed(false, r);
-    if (c->departed.load(std::memory_order_acquire)) {
-      any_may_send |= may_hold_one;
+    if (!c->departed.load(std::memory_order_acquire)) {
+      const int pid = c->pid.load(std::memory_order_acquire);
+      const bool died = pid > 0 && c->pidns == pidns_ && process_dead(pid) &&
+                        !c->departed.load(std::memory_order_acquire);  // (one that left, then exited, is not dead)
+      if (!died) {
+        any_may_send = true;
+        continue;
+      }
+      // Its FIFO is read after its death was seen: a message it pushed just before is there.
+      if (!left_one(r)) {
+        throw_if_aborted(op);  // a reason it wrote before it died names the cause better
+        throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(global(r)) + " died (pid " +
+                            std::to_string(pid) + ") while this rank waited for any rank to send",
+                        global(r));
+      }
+      any_may_send = true;
       continue;
     }
-    const int pid = c->pid.load(std::memory_order_acquire);
-    if (!may_hold_one && pid > 0 && c->pidns == pidns_ && process_dead(pid) &&
-        !c->departed.load(std::memory_order_acquire)) {  // (one that left, then exited, is not dead)
-      throw_if_aborted(op);  // a reason it wrote before it died names the cause better
-      throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(global(r)) + " died (pid " +
-                          std::to_string(pid) + ") while this rank waited for any rank to send",
-                      global(r));
-    }
-    any_may_send = true;
+    any_may_send |= left_one(r);
   }
   return any_may_send ? Senders::some_may_send : Senders::none_left;
 }

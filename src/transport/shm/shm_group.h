@@ -117,7 +117,9 @@ class Group {
   void sleep_on_fifos(const std::function<bool()>& ready, std::chrono::nanoseconds timeout);
   void wake_fifo_sleeper() { ring_fifo_bell(rank_, /*always=*/true); }
   size_t fifo_available(int src) const;                       // bytes ready to pop
-  void fifo_peek(int src, void* data, size_t bytes) const;    // copies without popping (bytes <= available)
+  // Copies `bytes` from `offset` bytes past the FIFO's next byte, without popping
+  // (offset + bytes <= available).
+  void fifo_peek(int src, void* data, size_t bytes, size_t offset = 0) const;
   // Operations in flight on this rank take turns per FIFO: the first to claim one (in issue
   // order, as the engine polls) moves its whole message before another may touch it, so two
   // sends to, or receives from, the same peer never interleave their bytes. Engine thread only.
@@ -145,14 +147,16 @@ class Group {
   void check_progress(int peer, const OpInfo& op, const char* waiting_for);
   // A receive from any rank that found no message (the deadline is the caller's: check_progress
   // or the network's): at most every 20 ms it looks at the other ranks of this node. It throws
-  // PeerError once one died with nothing left in its FIFO (as ULFM fails a receive from
+  // PeerError once one died leaving nothing for it (as ULFM fails a receive from
   // MPI_ANY_SOURCE at any process's failure: the message may have been that rank's; a process
   // that exits without destroying its communicator has died too), and says whether every other
-  // rank has left with nothing in its FIFO and no receive of this rank reading it, while no send
+  // rank has left or died leaving nothing for it, while no send
   // of this rank to itself is moving: then no rank of this node can send the message (the caller
   // decides, knowing whether other nodes could). Alone in the communicator: never none_left.
+  // `left_one(r)`: whether rank r, gone, may still give this receive its message (its FIFO holds
+  // one under the receive's tag, or a receive of this rank is reading it).
   enum class Senders { not_looked, some_may_send, none_left };
-  Senders check_any_sender(const OpInfo& op);
+  Senders check_any_sender(const OpInfo& op, const std::function<bool(int)>& left_one);
 
   // --- failure ---
   // Tells every rank the communicator is dead (first caller's reason wins). `mismatch`: the
