@@ -51,7 +51,6 @@ void CompletionWait::sleep(const std::function<bool()>& ready, const std::functi
   sleeping_.store(true, std::memory_order_seq_cst);
   if (!ready()) {
     if (cq_fd_ >= 0 && may_block()) {
-      blocking_sleeps_.fetch_add(1, std::memory_order_relaxed);
       pollfd fds[2] = {{cq_fd_, POLLIN, 0}, {event_fd_, POLLIN, 0}};
       const auto us = timeout.count();
       const timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};

@@ -48,8 +48,6 @@ class CompletionWait {
              std::chrono::microseconds timeout);
   // Ends a sleep from another thread of this process (an op submitted, a shutdown).
   void wake();
-  // Sleeps that blocked on the fd so far (tests).
-  size_t blocking_sleeps() const { return blocking_sleeps_.load(std::memory_order_relaxed); }
 
  private:
   fid_fabric* fabric_;
@@ -57,7 +55,6 @@ class CompletionWait {
   int cq_fd_ = -1;
   int event_fd_ = -1;
   std::atomic<bool> sleeping_{false};
-  std::atomic<size_t> blocking_sleeps_{0};
 };
 
 }  // namespace smddp::ofi

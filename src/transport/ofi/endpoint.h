@@ -107,7 +107,6 @@ class Endpoint {
   // passes, unless ready(), asked once the sleeper counts itself, is true.
   void sleep_until_news(const std::function<bool()>& ready, std::chrono::microseconds timeout);
   void wake_sleeper();
-  size_t blocking_sleeps() const;  // sleeps that blocked so far (tests)
   // Drives progress until `h` is done or op's deadline passes (TimeoutError naming the peer).
   // `watch`, when set, runs every 20 ms while waiting and may throw (abort from elsewhere).
   void wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch = nullptr);

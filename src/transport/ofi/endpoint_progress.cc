@@ -37,8 +37,6 @@ void Endpoint::sleep_until_news(const std::function<bool()>& ready, std::chrono:
 
 void Endpoint::wake_sleeper() { impl_->cq_wait->wake(); }
 
-size_t Endpoint::blocking_sleeps() const { return impl_->cq_wait->blocking_sleeps(); }
-
 bool Endpoint::Impl::done_now(const Handle& h) {
   std::lock_guard<std::mutex> g(mu);
   drive();
