@@ -428,15 +428,9 @@ TEST(P2P, ADeadPeerIsNamedWhileAnEarlierReceiveWaitsOnALiveOne) {
 
 // A receive from any rank fails at once, naming the rank, when a rank of its node dies, as ULFM
 // fails MPI_ANY_SOURCE: rank 1 is alive and sends nothing, rank 2 is killed while rank 0 waits.
-// It used to wait out its timeout (torch's default: 30 minutes). `hosts_of` empty: one node; else
-// rank 1 on another node, whose ranks might still send, and the dead rank 2 beside rank 0.
-void any_source_fails_when_a_node_mate_dies(const std::vector<int>& hosts_of) {
-  std::unique_ptr<NetnsHosts> hosts;
-  RunOptions ro;
-  if (!hosts_of.empty()) {
-    hosts = std::make_unique<NetnsHosts>(2);
-    ro = hosts->place(hosts_of);
-  }
+// It used to wait out its timeout (torch's default: 30 minutes). `ro`: one node, or rank 1 on
+// another node, whose ranks might still send, and the dead rank 2 beside rank 0.
+void any_source_fails_when_a_node_mate_dies(const RunOptions& ro) {
   // Rank 2's message under another tag, left in the FIFO, is none of this receive's.
   with_rank_2_killed(ro, [](Communicator& c, Report& rep) {
     int32_t v = -1;
@@ -678,7 +672,8 @@ TEST(P2P, AReceiveAcrossNodesFailedByALocalAbortIsWithdrawn) {
 // Across nodes too, a node-mate's death fails the receive at once, though rank 1 on the other
 // node could still send.
 TEST(P2P, AReceiveFromAnyRankAcrossNodesFailsAtOnceWhenANodeMateDies) {
-  any_source_fails_when_a_node_mate_dies({0, 1, 0});
+  NetnsHosts hosts(2);
+  any_source_fails_when_a_node_mate_dies(hosts.place({0, 1, 0}));
 }
 
 TEST(P2P, AnySourceAcrossNodesMixesLocalAndRemoteSenders) {
