@@ -172,7 +172,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     }
     net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, process_local_rank(), options_.timeout);
     pair_order_ = PairOrder(size);
-    shm_->set_idle_hook([ep = net_.get()] { ep->progress(); });
+    shm_->set_idle_hook([ep = net_.get()] { return ep->progress(); });
     // Scratch buffers are registered with the network once, when made (where the provider
     // needs registered memory), instead of on every transfer.
     const algorithms::ScratchPool::Hook to_net = [ep = net_.get()](const void* p, size_t n) {

@@ -97,8 +97,10 @@ class Endpoint {
   // failed collective's transfers share one: Context::cancels_give_up).
   void cancel(const std::vector<Handle>& hs, std::chrono::steady_clock::time_point give_up);
   // Reads completions and posts what waits to be posted, for every request (errors stay with
-  // their requests). For callers busy elsewhere, e.g. a shared-memory wait.
-  void progress();
+  // their requests). For callers busy elsewhere, e.g. a shared-memory wait. Returns whether a
+  // transfer of this endpoint is still in flight (posted, or waiting to be): with none, only a
+  // peer's message that no receive has taken yet may move when progress is driven.
+  bool progress();
   // --- the engine's sleep while its ops wait on the network (completion_wait.h) ---
   // Whether sleep_until_news() blocks on the completion queue's wait object (the provider has
   // one, SMDDP_OFI_WAIT=fd); else it sleeps 50 us at a time.

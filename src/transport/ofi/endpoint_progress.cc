@@ -9,9 +9,10 @@
 
 namespace smddp::ofi {
 
-void Endpoint::progress() {
+bool Endpoint::progress() {
   std::lock_guard<std::mutex> g(impl_->mu);
   impl_->drive();
+  return !impl_->inflight.empty();
 }
 
 bool Endpoint::waits_block() const { return impl_->cq_wait->blocks(); }

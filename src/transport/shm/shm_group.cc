@@ -567,7 +567,7 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
   const auto start = Clock::now();
   auto next_check = start + std::chrono::milliseconds(10);  // liveness reads /proc: not on every wait
   Clock::time_point deadline = op.deadline;  // moved once, to a late rank's own (below)
-  int sleep_us = 2;
+  int sleep_us = 2, quiet_us = 200;
   while (!ready()) {
     // An abort that came after every awaited rank arrived (a rank that found a mismatch in this
     // very round) must not hide this round's own outcome: look at the abort word first, then
@@ -576,10 +576,21 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
     auto now = Clock::now();
     if (idle_) {
       // Across nodes the wait drives the network (idle_), which no doorbell announces: poll.
-      // Yield for the first couple of milliseconds, then sleep, backing off.
-      idle_();
+      // Yield for the first couple of milliseconds, then sleep, backing off to 200 us. A rank
+      // with no transfer in flight (waiting for a node-mate that waits for a straggler
+      // elsewhere) has nothing for the network to announce: it sleeps until rung, as a wait
+      // inside a node does, for a time that doubles up to the liveness check's 20 ms, driving
+      // the network between sleeps. What a sleep may delay is a peer's message sent ahead of
+      // its receive (it waits in the kernel meanwhile), by at most half the time waited so far.
+      // Polling on, such a rank woke 5000 times a second (docs/performance.md).
+      const bool moving = idle_();
       if (now - start < std::chrono::milliseconds(2)) {
         ::sched_yield();
+      } else if (!moving) {
+        const auto until = std::min({next_check, deadline, now + std::chrono::microseconds(quiet_us)});
+        sleep_until_rung(ready, std::max<std::chrono::nanoseconds>(until - now, std::chrono::microseconds(1)));
+        quiet_us = std::min(quiet_us * 2, 20000);
+        now = Clock::now();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
         sleep_us = std::min(sleep_us * 2, 200);

@@ -82,8 +82,10 @@ class Group {
   void wait_all(const OpInfo& op);
   // Called while a wait is idle (past its first spins). Across nodes it drives the network's
   // progress, so transfers posted before a shared-memory stage move on during it: providers with
-  // manual progress (tcp, rxm) move a rendezvous only while the sender polls.
-  void set_idle_hook(std::function<void()> f) { idle_ = std::move(f); }
+  // manual progress (tcp, rxm) move a rendezvous only while the sender polls. Returns whether
+  // this rank still has transfers in flight; with none, the wait sleeps on the doorbell as one
+  // inside a node does, and drives the network again at its liveness checks.
+  void set_idle_hook(std::function<bool()> f) { idle_ = std::move(f); }
 
   // Publishes the deadline of the collective this rank begins: a node-mate whose wait for this
   // rank times out first waits until then (plus the time to report), so the error names what
@@ -213,7 +215,7 @@ class Group {
   uint64_t round_ = 0;
   uint64_t pidns_ = 0;
   bool departed_ = false;
-  std::function<void()> idle_;
+  std::function<bool()> idle_;
   std::vector<const void*> fifo_owner_;  // [outgoing * size_ + peer]: the op moving a message
   // [dst]: this rank reserved the ring of its FIFO to dst (fifo_push); touched, like
   // fifo_owner_, only by the thread moving point-to-point messages.
