@@ -98,8 +98,9 @@ class Endpoint {
   void cancel(const std::vector<Handle>& hs, std::chrono::steady_clock::time_point give_up);
   // Reads completions and posts what waits to be posted, for every request (errors stay with
   // their requests). For callers busy elsewhere, e.g. a shared-memory wait. Returns whether a
-  // transfer of this endpoint is still in flight (posted, or waiting to be): with none, only a
-  // peer's message that no receive has taken yet may move when progress is driven.
+  // transfer of this endpoint is still in flight (posted, or waiting to be): with none, what
+  // driving progress may still move is a peer's (a message no receive has taken yet, a first
+  // connection, the provider's own protocol).
   bool progress();
   // --- the engine's sleep while its ops wait on the network (completion_wait.h) ---
   // Whether sleep_until_news() blocks on the completion queue's wait object (the provider has

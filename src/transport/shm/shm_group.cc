@@ -577,22 +577,25 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
     if (idle_) {
       // Across nodes the wait drives the network (idle_), which no doorbell announces: poll.
       // Yield for the first couple of milliseconds, then sleep, backing off to 200 us. A rank
-      // with no transfer in flight has nothing for the network to announce; what its polling
-      // still moves is a peer's message sent ahead of its receive, which waits in the kernel
-      // until then, and a pipelined transfer's next piece may be one (a 16 MiB allreduce over
-      // 2 hosts x 2 ranks took 8% longer when such waits slept from 2 ms on). So once its wait
-      // has lasted 10 ms, longer than a pipelined piece takes (most likely it waits for a
-      // node-mate that waits for a straggler elsewhere), such a rank sleeps until rung, as a
-      // wait inside a node does, for 200 us doubling up to the liveness check's 20 ms, driving
-      // the network between sleeps. Polling on, it woke 5000 times a second (docs/performance.md).
+      // with no transfer in flight has nothing for the network to announce to it; what its
+      // polling still moves is a peer's (a message sent ahead of its receive, which waits in the
+      // kernel until then; a first connection; a provider's own protocol), and a pipelined
+      // transfer's next piece may be one (a 16 MiB allreduce over 2 hosts x 2 ranks took 8%
+      // longer when such waits slept from 2 ms on). So once its wait has lasted 10 ms, longer
+      // than a pipelined piece takes (most likely it waits for a node-mate that waits for a
+      // straggler elsewhere), such a rank sleeps until rung, as a wait inside a node does, for
+      // 200 us doubling up to the liveness check's 20 ms, driving the network between sleeps: a
+      // sleep is at most as long as those before it together, and so is what it may delay.
+      // Polling on, it woke about 3300 times a second (docs/performance.md).
       constexpr auto kQuietAfter = std::chrono::milliseconds(10);
       const bool moving = idle_();
       if (now - start < std::chrono::milliseconds(2)) {
         ::sched_yield();
       } else if (!moving && now - start >= kQuietAfter) {
-        const auto until = std::min({next_check, deadline, now + std::chrono::microseconds(quiet_us)});
+        const auto quiet = std::chrono::microseconds(quiet_us);
+        const auto until = std::min({next_check, deadline, now + quiet});
         sleep_until_rung(ready, std::max<std::chrono::nanoseconds>(until - now, std::chrono::microseconds(1)));
-        quiet_us = std::min(quiet_us * 2, 20000);
+        if (until == now + quiet) quiet_us = std::min(quiet_us * 2, 20000);  // only after a whole sleep
         now = Clock::now();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
@@ -614,7 +617,9 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
                                                                  std::chrono::microseconds(1)));
       now = Clock::now();
     }
-    if (now < next_check) continue;
+    // A deadline between two liveness checks is looked at once it passes, not at the next check
+    // (the sleeps above would otherwise shrink to 1 us until then).
+    if (now < next_check && now < deadline) continue;
     next_check = now + std::chrono::milliseconds(20);
     std::vector<int> late = missing();
     std::string why;

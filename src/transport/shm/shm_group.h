@@ -83,8 +83,8 @@ class Group {
   // Called while a wait is idle (past its first spins). Across nodes it drives the network's
   // progress, so transfers posted before a shared-memory stage move on during it: providers with
   // manual progress (tcp, rxm) move a rendezvous only while the sender polls. Returns whether
-  // this rank still has transfers in flight; with none, the wait sleeps on the doorbell as one
-  // inside a node does, and drives the network again at its liveness checks.
+  // this rank still has transfers in flight; with none, a wait that has lasted 10 ms sleeps on
+  // the doorbell between calls, for longer and longer (wait()).
   void set_idle_hook(std::function<bool()> f) { idle_ = std::move(f); }
 
   // Publishes the deadline of the collective this rank begins: a node-mate whose wait for this
