@@ -28,12 +28,6 @@ double process_cpu_ms() {
   return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
 }
 
-long voluntary_switches() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_nvcsw;
-}
-
 int64_t monotonic_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);  // one clock for every process of the machine
@@ -75,6 +69,12 @@ TEST(Waiting, RankWaitingForALatePeerSleeps) {
 }
 
 #ifdef SMDDP_HAVE_LIBFABRIC
+long voluntary_switches() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_nvcsw;
+}
+
 // Every rank but `late` waits 150 ms for it in each of seven allreduces and checks its own
 // medians: CPU and voluntary context switches (sleeps) per wait, and how soon after the late
 // rank's arrival its allreduce ended. A waiter that polls with short sleeps (every 200 us, as
