@@ -9,6 +9,7 @@
 #include "smddp/errors.h"
 
 #include "algorithms/algorithm.h"
+#include "algorithms/scratch_pool.h"
 #include "patterns/partition.h"
 
 namespace smddp::algorithms {
@@ -44,6 +45,18 @@ void alltoall_direct(Context& ctx, const CollArgs& a) {
                               std::string(kNothingWritten));
       }
   }
+  // In place with per-peer counts, the blocks coming in are laid out otherwise than those going
+  // out: a block written into recv would overwrite bytes still to be sent (this rank's own block,
+  // read at the end of each round, and the later pieces of every block). The blocks to send are
+  // copied aside first, as across nodes (net_direct.cc). Equal blocks in place stay in place: each
+  // round writes exactly the pieces it has just read.
+  const void* send = a.send;
+  if (a.send == a.recv && !a.uniform) {
+    const size_t extent = alltoall_extent(a.send_counts, a.send_displs);
+    std::byte* aside = scratch_buffer(ctx, 0, extent * es);
+    ctx.dev.copy(aside, a.send, extent * es);
+    send = aside;
+  }
   for (size_t c = 0; c < patterns::num_chunks(longest, chunk); ++c) {
     const size_t off = c * chunk;
     const int p = ctx.shm.begin_round();
@@ -51,14 +64,14 @@ void alltoall_direct(Context& ctx, const CollArgs& a) {
       const size_t n = a.send_counts[static_cast<size_t>(d)];
       if (d == me || off >= n) continue;
       ctx.dev.copy(at(ctx.shm.slot(me, p), static_cast<size_t>(d) * chunk, es),
-                   at(a.send, a.send_displs[static_cast<size_t>(d)] + off, es), std::min(chunk, n - off) * es);
+                   at(send, a.send_displs[static_cast<size_t>(d)] + off, es), std::min(chunk, n - off) * es);
     }
     ctx.arrive();
     ctx.wait_all();
     for (int j = 0; j < w; ++j) {
       const size_t n = a.recv_counts[static_cast<size_t>(j)];
       if (off >= n) continue;
-      const void* src = j == me ? at(a.send, a.send_displs[static_cast<size_t>(me)] + off, es)
+      const void* src = j == me ? at(send, a.send_displs[static_cast<size_t>(me)] + off, es)
                                 : static_cast<const void*>(at(ctx.shm.slot(j, p), static_cast<size_t>(me) * chunk, es));
       ctx.dev.copy(at(a.recv, a.recv_displs[static_cast<size_t>(j)] + off, es), src, std::min(chunk, n - off) * es);
     }

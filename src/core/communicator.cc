@@ -320,6 +320,11 @@ Work Communicator::alltoallv(const void* send, const std::vector<size_t>& send_c
     impl_->check_buffer(send, send_counts[j], "send", "alltoallv");
     impl_->check_buffer(recv, recv_counts[j], "recv", "alltoallv");
   }
+  // In place (send == recv) is allowed: the algorithms read every block to send before a
+  // received one may land on it. Other overlaps are refused, as for alltoall.
+  impl_->check_overlap(send, algorithms::alltoall_extent(send_counts, send_displs) * dtype_size(type), recv,
+                       algorithms::alltoall_extent(recv_counts, recv_displs) * dtype_size(type),
+                       reinterpret_cast<uintptr_t>(recv), "alltoallv");
   CollArgs a;
   a.kind = CollKind::alltoall;
   a.send = send; a.recv = recv; a.dtype = type; a.uniform = false;

@@ -53,6 +53,9 @@ TEST(Failure, BadArgumentsGiveClearErrors) {
                                   [&] { c.allgather(buf + 2 * (1 - rank), buf, 2, DataType::f32); },
                                   std::string("overlap, but not as the in-place form does (send at ") +
                                       (rank == 0 ? "the same address as recv)" : "recv + 8 bytes)"));
+    expect_throw<InvalidArgument>(rep, "alltoallv output shifted by one",
+                                  [&] { c.alltoallv(buf, {1, 1}, {0, 1}, buf + 1, {1, 1}, {0, 1}, DataType::f32); },
+                                  "alltoallv: send [0x");
     expect_throw<InvalidArgument>(rep, "reduce_scatter output at another block",
                                   [&] { c.reduce_scatter(buf, buf + 2 * (1 - rank), 2, DataType::f32, ReduceOp::sum); },
                                   "reduce_scatter: send [0x");
