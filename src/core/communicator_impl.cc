@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -444,9 +445,32 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     }
     return published;
   };
+  // Sends and receives in flight beside this collective (on the engine thread: Engine::loop)
+  // are polled from its waits: their peer may need them before it joins this collective. The
+  // node's waits call them with the network's progress, and keep polling (no long sleeps) while
+  // any remain; a wait on the network calls them with its watch, every 20 ms.
+  const bool beside = engine_->p2p_beside_collective();
+  std::function<bool()> node_idle = shm_->idle_hook();
+  struct IdleHookRestored {
+    shm::Group& g;
+    std::function<bool()> hook;
+    ~IdleHookRestored() { g.set_idle_hook(std::move(hook)); }
+  };
+  std::optional<IdleHookRestored> restore;
+  if (beside) {
+    restore.emplace(IdleHookRestored{*shm_, node_idle});
+    shm_->set_idle_hook([this, &node_idle] {
+      const bool net = node_idle && node_idle();
+      const bool p2p = engine_->poll_p2p_beside();
+      return net || p2p;
+    });
+  }
   try {
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
-    const std::function<void()> watch = [&] { watch_remote(op); };
+    const std::function<void()> watch = [&] {
+      watch_remote(op);
+      if (beside) engine_->poll_p2p_beside();
+    };
     // Device memory that the network cannot reach (CUDA without FI_HMEM) runs across nodes on
     // host copies (host_staging.h): the algorithm then sees host memory, and only the copies in
     // and out see the GPU. A large one runs in pieces, each piece a collective of its own (all

@@ -153,8 +153,8 @@ class CommunicatorImpl {
     ~CudaSide();
   };
   // Used by run_collective and by the point-to-point operations on CUDA memory as the engine
-  // polls them, never at once: the engine starts a collective only after the send/recv before
-  // it finished, and polls those only when no collective runs.
+  // polls them, never at once: a collective runs beside send/recv ops only on the engine thread,
+  // which polls them from inside its waits (Engine::poll_p2p_beside), between its own copies.
   std::map<int, CudaSide> cuda_;
   std::mutex submit_mu_;  // issue order = sequence order
   uint64_t seq_ = 0;

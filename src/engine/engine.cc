@@ -250,8 +250,7 @@ void Engine::loop() {
   for (;;) {
     if (active_p2p_.empty()) idle_wait(lk);
     if (stop_) break;
-    // Take the next operation unless it is a collective that must wait for running p2p ops.
-    if (!queue_.empty() && !busy_ && (queue_.front().p2p || active_p2p_.empty())) {
+    if (!queue_.empty() && !busy_) {
       Task t = std::move(queue_.front());
       queue_.pop_front();
       if (t.p2p) {
@@ -261,10 +260,20 @@ void Engine::loop() {
       }
       busy_ = true;
       if (t.unwoken) callers_wait_ = false;  // it sat a tick unwaited: wake for the next ones
+      // A collective does not wait for the sends and receives in flight: their peer may send or
+      // receive only after this very collective (a pipeline stage's pending irecv, then an
+      // allreduce of the same group), as gloo and NCCL allow. They are polled once now (what
+      // they post moves on the network meanwhile) and then from inside the collective's waits
+      // (poll_p2p_beside), on this thread.
+      beside_ = std::move(active_p2p_);
+      active_p2p_.clear();
       lk.unlock();
+      if (!beside_.empty()) poll_p2p(beside_);
       run_and_finish(t);
       lk.lock();
       busy_ = false;
+      for (auto& x : beside_) active_p2p_.push_back(std::move(x));
+      beside_.clear();
       continue;
     }
     if (active_p2p_.empty()) continue;
@@ -333,12 +342,40 @@ bool Engine::poll_p2p(std::vector<Task>& ops) {
     }
     {
       std::lock_guard<std::mutex> g(mu_);
-      --p2p_running_;  // after its callbacks: a collective may start behind it from now on
+      --p2p_running_;  // after its callbacks: a collective may run on a caller's thread from now on
     }
     finished = true;
   }
   ops = std::move(still);
   return finished;
+}
+
+bool Engine::p2p_beside_collective() const {
+  return std::this_thread::get_id() == thread_.get_id() && !beside_.empty();
+}
+
+bool Engine::poll_p2p_beside() {
+  if (std::this_thread::get_id() != thread_.get_id() || beside_.empty()) return false;
+  if (polling_beside_) return true;  // from a callback of an op it completes: that poll goes on
+  polling_beside_ = true;
+  {
+    // The sends and receives queued right behind the collective start too: their peer may
+    // likewise need them before it can join it.
+    std::lock_guard<std::mutex> g(mu_);
+    while (!stop_ && !queue_.empty() && queue_.front().p2p) {
+      beside_.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+      ++p2p_running_;
+    }
+  }
+  try {
+    poll_p2p(beside_);  // catches what the polls throw: each op fails on its own
+  } catch (...) {
+    polling_beside_ = false;
+    throw;
+  }
+  polling_beside_ = false;
+  return !beside_.empty();
 }
 
 const P2pSleep* Engine::sleep_for(const std::vector<Task>& ops) const {

@@ -2,8 +2,10 @@
 //
 // Collectives run one at a time, to completion. Point-to-point operations are polled: a run of
 // consecutive send/recv operations progresses together (batch_isend_irecv's pattern, where two
-// ranks send to each other before receiving), and they all finish before the next collective
-// starts, as on a CUDA stream. When polling finds nothing to do for a while, the thread sleeps
+// ranks send to each other before receiving). A collective does not wait for them: it runs on
+// the engine thread beside those in flight, and its waits poll them (poll_p2p_beside), since a
+// peer may send or receive only after that collective (gloo and NCCL allow that). When polling
+// finds nothing to do for a while, the thread sleeps
 // until the node's shared memory rings (P2pSleep) where every pending op moves through it, or
 // until the network's completion queue has news where every one waits on the network, and polls
 // every 50 us otherwise (CUDA copies, ops of both kinds). When the engine is idle, a collective may run on the caller's
@@ -164,6 +166,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // For tests and diagnostics: whether the thread dozes now, and how many timed sleeps it took.
   bool dozing() const;
   size_t doze_ticks() const;
+  // Whether this thread is the engine's, running a collective while sends or receives are in
+  // flight beside it: the collective's waits must then poll them (poll_p2p_beside).
+  bool p2p_beside_collective() const;
+  // From inside such a collective's waits: polls those ops once (and starts the sends and
+  // receives queued right behind the collective), completing the ones that finished; true while
+  // any remain. False, doing nothing, on any other thread or when none are in flight.
+  bool poll_p2p_beside();
   // Operations submitted but not finished.
   size_t pending() const;
   // Stops the thread. Queued operations fail with `reason`; the caller must first make any
@@ -194,6 +203,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   std::vector<Task> active_p2p_;  // the engine thread's; empty while it polls them unlocked
+  // The engine thread's: the p2p ops in flight while it runs a collective (polled from its waits).
+  std::vector<Task> beside_;
+  bool polling_beside_ = false;
   size_t p2p_running_ = 0;        // p2p ops taken off the queue, not yet completed: what other
                                   // threads must check, since active_p2p_ is empty mid-poll
   bool busy_ = false;             // a collective is running (engine thread or a caller's)

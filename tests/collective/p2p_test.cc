@@ -70,6 +70,59 @@ TEST(P2P, MessagesArriveInOrderAndMixWithCollectives) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// A collective issued while this rank's send or receive is still in flight runs beside it, as
+// with gloo and NCCL: it used to wait for the p2p op to finish, which waits for a peer that sends
+// or receives only after that very collective (a pipeline stage's pending irecv, then an
+// allreduce on the same group), so both ranks hung until the timeout (found by review). Three
+// ways, each with a small message and one larger than the FIFO (which only polls from inside the
+// collective's waits move):
+//   0: rank 0's receive pending, its peer sends after the collective;
+//   1: rank 0's receive pending, its peer's send blocks before the collective;
+//   2: rank 0's send pending, its peer's receive blocks before the collective.
+void collective_beside_pending_p2p(const RunOptions& ro) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = std::chrono::seconds(20);
+    Communicator c(store, rank, w, o);
+    for (int pattern = 0; pattern < 3; ++pattern)
+      for (size_t n : {size_t{16}, size_t{3} << 20}) {
+        const std::string what = "pattern " + std::to_string(pattern) + ", " + std::to_string(n) + " elements: ";
+        std::vector<int32_t> msg(n);
+        const bool sender = (pattern == 2) == (rank == 0);
+        if (sender) std::iota(msg.begin(), msg.end(), 5 + pattern);
+        int32_t x = rank + 1;
+        try {
+          if (rank == 0) {
+            Work p = pattern == 2 ? c.send(msg.data(), n, DataType::i32, 1, 3) : c.recv(msg.data(), n, DataType::i32, 1, 3);
+            c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum).wait();
+            p.wait();
+          } else if (pattern == 0) {
+            c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum).wait();
+            c.send(msg.data(), n, DataType::i32, 0, 3).wait();
+          } else {
+            if (pattern == 1) c.send(msg.data(), n, DataType::i32, 0, 3).wait();
+            else c.recv(msg.data(), n, DataType::i32, 0, 3).wait();
+            c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum).wait();
+          }
+        } catch (const Error& e) {
+          rep.fail(what + e.what());
+          return;
+        }
+        if (x != 3) rep.fail(what + "the allreduce gave " + std::to_string(x));
+        if (!sender)
+          for (size_t i = 0; i < n; ++i)
+            if (msg[i] != static_cast<int32_t>(5 + pattern + i)) {
+              rep.fail(what + "element " + std::to_string(i) + " is " + std::to_string(msg[i]));
+              break;
+            }
+        c.barrier().wait();
+      }
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+TEST(P2P, ACollectiveRunsBesideASendOrReceiveInFlight) { collective_beside_pending_p2p({}); }
+
 // A receive whose tag or size differs from the next message's is an error naming both, never a
 // message taken for another (or cut short).
 TEST(P2P, TagOrSizeMismatchIsAClearError) {
@@ -610,6 +663,13 @@ TEST(P2P, AnySourceStressMixedWithTaggedAndCollectives) {
 // its own node (shared memory) and on the other (libfabric) as they come, each exactly once.
 TEST(P2P, ReceiveFromAnyTakesItsMessageBeforeALaterReceiveFromTheSameRankAcrossNodes) {
   any_source_before_a_later_receive({0, 0, 1});
+}
+
+// The same with the peer on another node (its transfers move while the collective waits on the
+// network).
+TEST(P2P, ACollectiveRunsBesideASendOrReceiveInFlightAcrossNodes) {
+  NetnsHosts hosts(2);
+  collective_beside_pending_p2p(hosts.place({0, 1}));
 }
 
 // A receive from another node that fails because this node aborted withdraws itself from the

@@ -84,8 +84,10 @@ class Group {
   // progress, so transfers posted before a shared-memory stage move on during it: providers with
   // manual progress (tcp, rxm) move a rendezvous only while the sender polls. Returns whether
   // this rank still has transfers in flight; with none, a wait that has lasted 10 ms sleeps on
-  // the doorbell between calls, for longer and longer (wait()).
+  // the doorbell between calls, for longer and longer (wait()). Also, for the length of one
+  // collective, what polls the sends and receives in flight beside it (CommunicatorImpl).
   void set_idle_hook(std::function<bool()> f) { idle_ = std::move(f); }
+  const std::function<bool()>& idle_hook() const { return idle_; }
 
   // Publishes the deadline of the collective this rank begins: a node-mate whose wait for this
   // rank times out first waits until then (plus the time to report), so the error names what
