@@ -315,6 +315,19 @@ if world > 1:
         r = torch.empty(2, dtype=torch.int64)
         dist.recv(r, src=0, tag=5)
         check("send/recv with tag", r.tolist() == [42, 43])
+    # A pipeline stage's pending irecv, then an allreduce of the same group whose peer sends only
+    # after it (as gloo and NCCL allow): the allreduce used to wait for the receive, all hung.
+    stage = torch.empty(300_000)
+    x = torch.full((4,), float(rank + 1))
+    if rank == 0:
+        req = dist.irecv(stage, src=1, tag=9)
+    dist.all_reduce(x)
+    if rank == 0:
+        req.wait()
+        check("allreduce beside a pending irecv", torch.equal(x, torch.full((4,), float(world * (world + 1) // 2)))
+              and torch.equal(stage, torch.arange(300_000, dtype=torch.float32)), str(x))
+    elif rank == 1:
+        dist.send(torch.arange(300_000, dtype=torch.float32), dst=0, tag=9)
     if rank == 0:  # receive from any source (across pretend nodes too when SMDDP_TEST_NODES is set)
         got = set()
         for _ in range(world - 1):
