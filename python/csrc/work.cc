@@ -78,7 +78,17 @@ bool SmddpWork::wait(std::chrono::milliseconds timeout) {
       }
     }
   }
-  return ::c10d::Work::wait(timeout);
+  const bool done = ::c10d::Work::wait(timeout);
+  // one_done finishes torch's side of the work just before it completes the future: a caller
+  // that reads the future right after wait() (fut.value(), which asserts completion) must find
+  // it complete. Its completion is set before its callbacks run, so this waits for no callback.
+  c10::intrusive_ptr<c10::ivalue::Future> fut;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    fut = future_;
+  }
+  if (done && fut) fut->wait();
+  return done;
 }
 
 void SmddpWork::one_done(std::exception_ptr e) {
