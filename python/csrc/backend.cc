@@ -272,6 +272,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::reduce_scatter(std::vector<a
     std::vector<at::Tensor> parts;
     for (auto& t : inputs[0]) {
       check_tensor(t, "reduce_scatter", getRank());
+      // Each one: at::cat below would promote a list of mixed dtypes to their common one.
+      check_same_type(outputs[0], t, "reduce_scatter", getRank());
       check_same_device(t, outputs[0], "reduce_scatter", getRank());
       if (t.numel() != outputs[0].numel())
         throw InvalidArgument("smddp: rank " + std::to_string(getRank()) +

@@ -54,6 +54,16 @@ CASES = [
     ("reduce_scatter: one input too many",
      lambda: dist.reduce_scatter(torch.empty(3), [torch.ones(3) for _ in range(world + 1)]),
      [me, "reduce_scatter", "world-size"]),
+    ("reduce_scatter: one input of another dtype", lambda: dist.reduce_scatter(
+        torch.empty(3, dtype=torch.float64),
+        [torch.ones(3, dtype=torch.float32 if r == 0 else torch.float64) for r in range(world)]), None),
+    # The same through the process group itself, which torch's Python check does not guard: the
+    # list, concatenated, would be promoted to its common dtype.
+    ("reduce_scatter on the group: one input of another dtype",
+     lambda: dist.distributed_c10d._get_default_group().reduce_scatter(
+         [torch.empty(3, dtype=torch.float64)],
+         [[torch.ones(3, dtype=torch.float32 if r == 0 else torch.float64) for r in range(world)]]).wait(),
+     [me, "reduce_scatter", "output dtype Double differs from input dtype Float"]),
     ("reduce_scatter: inputs of another size",
      lambda: dist.reduce_scatter(torch.empty(3), [torch.ones(4) for _ in range(world)]),
      [me, "reduce_scatter", "3 elements", "4"]),
