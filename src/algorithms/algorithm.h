@@ -76,6 +76,10 @@ struct Context {
   // When a failed collective stops waiting for libfabric to report its cancelled transfers: set
   // by the first NetExchange that cancels (1 s on), so that all of them together wait 1 s at most.
   std::chrono::steady_clock::time_point cancels_give_up{};
+  // Set while sends and receives are in flight beside this collective (engine::Engine::
+  // poll_p2p_beside): polls them; true while any remain. Network waits call it at every poll
+  // (ofi::Endpoint::wait); the node's waits call it through the group's idle hook.
+  const std::function<bool()>* beside = nullptr;
   int rank() const { return shm.rank(); }
   int size() const { return shm.size(); }
   // Tells the peers this rank finished the round: what it copied or reduced is in memory first

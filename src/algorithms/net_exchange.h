@@ -21,7 +21,7 @@ namespace smddp::algorithms {
 class NetExchange {
  public:
   explicit NetExchange(Context& ctx)
-      : ep_(*ctx.net), dev_(ctx.dev), op_(ctx.op), watch_(ctx.watch), publish_failure_(ctx.publish_failure),
+      : ep_(*ctx.net), dev_(ctx.dev), op_(ctx.op), watch_(ctx.watch), beside_(ctx.beside), publish_failure_(ctx.publish_failure),
         give_up_(ctx.cancels_give_up) {}
   // Left with transfers pending only when the collective failed: they are cancelled, so nothing
   // arrives later in buffers the caller may free.
@@ -67,7 +67,7 @@ class NetExchange {
   // before this object's destructor cancels what is still posted (Context::publish_failure).
   void wait() {
     try {
-      for (auto& h : pending_) ep_.wait(h, op_, watch_);
+      for (auto& h : pending_) ep_.wait(h, op_, watch_, beside_);
     } catch (...) {
       Context::rethrow_published(publish_failure_, std::current_exception());
     }
@@ -83,6 +83,7 @@ class NetExchange {
   device::Device& dev_;
   const OpInfo& op_;
   const std::function<void()>* watch_;
+  const std::function<bool()>* beside_;
   const std::function<std::exception_ptr(std::exception_ptr)>* publish_failure_;
   std::chrono::steady_clock::time_point& give_up_;  // Context::cancels_give_up
   std::vector<ofi::Endpoint::Handle> pending_;

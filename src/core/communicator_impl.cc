@@ -448,9 +448,10 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   // Sends and receives in flight beside this collective (on the engine thread: Engine::loop)
   // are polled from its waits: their peer may need them before it joins this collective. The
   // node's waits call them with the network's progress, and keep polling (no long sleeps) while
-  // any remain; a wait on the network calls them with its watch, every 20 ms.
+  // any remain; so do the waits on the network (Context::beside).
   const bool beside = engine_->p2p_beside_collective();
-  std::function<bool()> node_idle = shm_->idle_hook();
+  const std::function<bool()> poll_beside = [this] { return engine_->poll_p2p_beside(); };
+  std::function<bool()> node_idle;  // the hook it replaces (across nodes: the network's progress)
   struct IdleHookRestored {
     shm::Group& g;
     std::function<bool()> hook;
@@ -458,6 +459,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   };
   std::optional<IdleHookRestored> restore;
   if (beside) {
+    node_idle = shm_->idle_hook();
     restore.emplace(IdleHookRestored{*shm_, node_idle});
     shm_->set_idle_hook([this, &node_idle] {
       const bool net = node_idle && node_idle();
@@ -467,10 +469,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   }
   try {
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;
-    const std::function<void()> watch = [&] {
-      watch_remote(op);
-      if (beside) engine_->poll_p2p_beside();
-    };
+    const std::function<void()> watch = [&] { watch_remote(op); };
     // Device memory that the network cannot reach (CUDA without FI_HMEM) runs across nodes on
     // host copies (host_staging.h): the algorithm then sees host memory, and only the copies in
     // and out see the GPU. A large one runs in pieces, each piece a collective of its own (all
@@ -482,6 +481,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     algorithms::Context ctx{*shm_, staged ? device::host() : mem_dev, op, multi_node_ ? &topo_ : nullptr, net_.get(),
                             multi_node_ ? &watch : nullptr, scratch_.get(),
                             windows_for(staged ? Memory{} : args.memory), multi_node_ ? &publish : nullptr};
+    if (beside) ctx.beside = &poll_beside;
     // Before any round: the fence of the first arrive() (or the staging's) then also waits for
     // the caller's work, so no peer reads this rank's buffers before they are written.
     if (args.ready) device::cuda_wait(mem_dev, args.ready.get());

@@ -117,6 +117,11 @@ class Holding {
 };
 }  // namespace
 
+const Engine*& Engine::beside_on_this_thread() {
+  thread_local const Engine* e = nullptr;
+  return e;
+}
+
 bool Engine::held_by_this_thread() const {
   for (const Engine* e : held_on_this_thread())
     if (e == this) return true;
@@ -153,7 +158,13 @@ void Engine::run_nested_through(const detail::OpState* op) {
     // Shutting down: the engine thread may be this very thread (inside a callback), so it
     // cannot fail these later; fail them here, so that the caller's wait ends.
     const bool failing = stop_;
-    if (!failing && (queue_.front().p2p || p2p_running_ != 0)) return;
+    // Point-to-point work first in line, or running where this thread does not poll it: the
+    // nested collective would wait without moving it. The ops beside the collective this thread
+    // runs (its callbacks run here too) are polled from the nested one's waits as well.
+    // Not from inside those polls (a collective's waits, or the poll before it starts): a
+    // collective run there would run inside another, or before it.
+    const size_t polled_here = beside_on_this_thread() == this && !polling_beside_ ? beside_.size() : 0;
+    if (!failing && (queue_.front().p2p || p2p_running_ != polled_here)) return;
     Task t = std::move(queue_.front());
     queue_.pop_front();
     std::exception_ptr reason = stop_reason_;
@@ -259,17 +270,23 @@ void Engine::loop() {
         continue;
       }
       busy_ = true;
-      if (t.unwoken) callers_wait_ = false;  // it sat a tick unwaited: wake for the next ones
-      // A collective does not wait for the sends and receives in flight: their peer may send or
-      // receive only after this very collective (a pipeline stage's pending irecv, then an
-      // allreduce of the same group), as gloo and NCCL allow. They are polled once now (what
-      // they post moves on the network meanwhile) and then from inside the collective's waits
-      // (poll_p2p_beside), on this thread.
+      // It sat a tick unwaited (taken after idle_wait): wake for the next ones. Not when taken
+      // at once beside ops in flight.
+      if (t.unwoken && active_p2p_.empty()) callers_wait_ = false;
+      // A collective does not wait for the sends and receives issued before it that are still
+      // in flight: their peer may send or receive only after this very collective (a pipeline
+      // stage's pending irecv, then an allreduce of the same group), as gloo and NCCL allow.
+      // They are polled once now (what they post moves on the network meanwhile) and then from
+      // inside the collective's waits (poll_p2p_beside), on this thread. Those issued after it
+      // start after it, in issue order.
       beside_ = std::move(active_p2p_);
       active_p2p_.clear();
       lk.unlock();
-      if (!beside_.empty()) poll_p2p(beside_);
-      run_and_finish(t);
+      {
+        BesideOnThisThread mark(beside_.empty() ? nullptr : this);
+        poll_p2p_beside();
+        run_and_finish(t);
+      }
       lk.lock();
       busy_ = false;
       for (auto& x : beside_) active_p2p_.push_back(std::move(x));
@@ -350,24 +367,12 @@ bool Engine::poll_p2p(std::vector<Task>& ops) {
   return finished;
 }
 
-bool Engine::p2p_beside_collective() const {
-  return std::this_thread::get_id() == thread_.get_id() && !beside_.empty();
-}
+bool Engine::p2p_beside_collective() const { return beside_on_this_thread() == this && !beside_.empty(); }
 
 bool Engine::poll_p2p_beside() {
-  if (std::this_thread::get_id() != thread_.get_id() || beside_.empty()) return false;
+  if (beside_on_this_thread() != this || beside_.empty()) return false;
   if (polling_beside_) return true;  // from a callback of an op it completes: that poll goes on
   polling_beside_ = true;
-  {
-    // The sends and receives queued right behind the collective start too: their peer may
-    // likewise need them before it can join it.
-    std::lock_guard<std::mutex> g(mu_);
-    while (!stop_ && !queue_.empty() && queue_.front().p2p) {
-      beside_.push_back(std::move(queue_.front()));
-      queue_.pop_front();
-      ++p2p_running_;
-    }
-  }
   try {
     poll_p2p(beside_);  // catches what the polls throw: each op fails on its own
   } catch (...) {

@@ -169,9 +169,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Whether this thread is the engine's, running a collective while sends or receives are in
   // flight beside it: the collective's waits must then poll them (poll_p2p_beside).
   bool p2p_beside_collective() const;
-  // From inside such a collective's waits: polls those ops once (and starts the sends and
-  // receives queued right behind the collective), completing the ones that finished; true while
-  // any remain. False, doing nothing, on any other thread or when none are in flight.
+  // From inside such a collective's waits: polls those ops once, completing the ones that
+  // finished; true while any remain. False, doing nothing, on any other thread or when none are
+  // in flight.
   bool poll_p2p_beside();
   // Operations submitted but not finished.
   size_t pending() const;
@@ -191,6 +191,19 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Sleeps on `sleep` until a wake-up, an op submitted after `submitted` ops were, or its
   // timeout, polling `ops` once after it counted itself a sleeper; true if an op finished then.
   bool sleep_on_p2p(std::vector<Task>& ops, uint64_t submitted, const P2pSleep& sleep);
+  // The engine whose collective this thread runs beside p2p ops in flight (beside_), or null:
+  // thread-local, so no other thread reads the engine thread's state.
+  static const Engine*& beside_on_this_thread();
+  class BesideOnThisThread {  // sets it for a scope, restoring the one before
+   public:
+    explicit BesideOnThisThread(const Engine* e) : before_(beside_on_this_thread()) { beside_on_this_thread() = e; }
+    ~BesideOnThisThread() { beside_on_this_thread() = before_; }
+    BesideOnThisThread(const BesideOnThisThread&) = delete;
+    BesideOnThisThread& operator=(const BesideOnThisThread&) = delete;
+
+   private:
+    const Engine* before_;
+  };
   // Runs a collective on this thread and completes it (its callbacks run here too).
   void run_and_finish(Task& t);
   // Nothing runs or waits to: no collective, no queued task, no point-to-point op in flight.

@@ -180,6 +180,51 @@ TEST(EngineCallerThread, ACallbackCanWaitOnACollectiveItIssues) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// The same beside a receive in flight (a collective issued while a receive waits runs beside it
+// on the engine thread: ACollectiveBesideAReceiveInFlightRunsOnTheEngineThread): its callback's
+// nested collectives run there too, polling the receive from their waits; its wait used to throw
+// "point-to-point work ... would never end" once collectives no longer waited for receives
+// (found by review). Rank 1 sends only after the whole chain, so the receive is in flight
+// throughout.
+TEST(EngineCallerThread, ACallbackCanWaitOnACollectiveItIssuesBesideAReceiveInFlight) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = std::chrono::seconds(20);
+    Communicator c(store, rank, w, o);
+    for (int round = 0; round < 3; ++round) {
+      int64_t a = rank + 1, b = 10 * (rank + 1), got = -1;
+      Work received;
+      if (rank == 0) received = c.recv(&got, 1, DataType::i64, 1, 4);
+      Work first = c.allreduce(&a, &a, 1, DataType::i64, ReduceOp::sum);
+      std::string inner_error;
+      first.then([&](std::exception_ptr e) {
+        if (e) return;
+        try {
+          c.allreduce(&b, &b, 1, DataType::i64, ReduceOp::sum).wait();
+        } catch (const Error& x) {
+          inner_error = x.what();
+        }
+      });
+      try {
+        first.wait();
+      } catch (const Error& e) {
+        rep.fail("round " + std::to_string(round) + ": " + e.what());
+        return;
+      }
+      if (!inner_error.empty()) rep.fail("round " + std::to_string(round) + ": the nested wait: " + inner_error);
+      if (a != 3 || b != 30) rep.fail("nested collectives gave a=" + std::to_string(a) + " b=" + std::to_string(b));
+      if (rank == 1) {
+        const int64_t v = 40 + round;
+        c.send(&v, 1, DataType::i64, 0, 4).wait();
+      } else {
+        received.wait();
+        if (got != 40 + round) rep.fail("the receive got " + std::to_string(got));
+      }
+    }
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // The same at the engine's level, deterministically: a collective claimed inline, whose callback
 // (on this thread, the holder) issues one collective and waits, through Work::wait, for it and
 // for one queued before the callback ran. Both run here, in issue order; nothing else does.

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -163,11 +164,13 @@ TEST(EngineCallbacks, WaitingInsideACallbackOnWorkThatCannotProgressIsAnError) {
 }
 
 // A receive's callback (on the engine thread, between polls) that waits on a collective issued
-// after the receive: the collective may start only once the receive has completed, which is
-// after this callback.
+// after the receive, which has not finished: the engine thread runs it only after the callback
+// (or is running it: a collective runs beside the receives in flight and polls them from its
+// waits). The receive has its message at its first poll, so whichever way the engine thread
+// takes the two, the callback runs before the collective ends.
 TEST(EngineCallbacks, AReceivesCallbackWaitingOnALaterCollectiveIsAnError) {
   auto engine = std::make_shared<engine::Engine>(false);
-  auto arrived = std::make_shared<std::atomic<bool>>(false);
+  auto arrived = std::make_shared<std::atomic<bool>>(true);
   engine::Task r = receive(1, arrived);
   auto recv_state = r.state;
   engine::Task later = collective(2);
@@ -180,7 +183,6 @@ TEST(EngineCallbacks, AReceivesCallbackWaitingOnALaterCollectiveIsAnError) {
   });
   (void)engine->submit(std::move(r));
   (void)engine->submit(std::move(later));
-  arrived->store(true);
   EXPECT_EQ(wait_error(later_state), "");
   EXPECT_TRUE(callback_done);
   EXPECT_NE(err.find("allreduce #2 on rank 0 was waited for inside a completion callback"), std::string::npos)
@@ -189,17 +191,28 @@ TEST(EngineCallbacks, AReceivesCallbackWaitingOnALaterCollectiveIsAnError) {
 
 // A shutdown fails what never ran, in issue order: a receive's callback that waits on the
 // collective queued behind it gets that collective's shutdown error, not a wait on the engine
-// thread that is running the callback (shutdown would then never return).
+// thread that is running the callback (shutdown would then never return). Both stay queued
+// behind a first collective that returns only once the shutdown has begun (a collective no
+// longer waits for a receive in flight, so behind the receive alone the second would run).
 TEST(EngineCallbacks, OnShutdownAFailedReceivesCallbackWaitingOnALaterCollectiveEnds) {
   auto engine = std::make_shared<engine::Engine>(false);
   auto never = std::make_shared<std::atomic<bool>>(false);
-  engine::Task r = receive(1, never);
-  engine::Task later = collective(2);
+  std::atomic<bool> first_running{false}, shutting_down{false};
+  engine::Task first = collective(1, [&] {
+    first_running = true;
+    while (!shutting_down) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // shutdown() has set its stop
+  });
+  engine::Task r = receive(2, never);
+  engine::Task later = collective(3);
   auto later_state = later.state;
   std::string err;
   r.state->on_complete([&](std::exception_ptr) { err = wait_error(later_state); });
+  (void)engine->submit(std::move(first));
+  while (!first_running) std::this_thread::yield();
   (void)engine->submit(std::move(r));
   (void)engine->submit(std::move(later));
+  shutting_down = true;
   engine->shutdown(nullptr);
   EXPECT_NE(err.find("destroyed"), std::string::npos) << "got: '" << err << "'";
   EXPECT_EQ(engine->pending(), 0u);

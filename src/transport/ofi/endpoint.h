@@ -112,7 +112,11 @@ class Endpoint {
   void wake_sleeper();
   // Drives progress until `h` is done or op's deadline passes (TimeoutError naming the peer).
   // `watch`, when set, runs every 20 ms while waiting and may throw (abort from elsewhere).
-  void wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch = nullptr);
+  // `beside`, when set, runs at every poll past the first spins; while it returns true (work
+  // that no completion announces still moves, the sends and receives beside a collective) the
+  // wait polls every 100 us instead of blocking on the completion queue.
+  void wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch = nullptr,
+            const std::function<bool()>* beside = nullptr);
   // Throws wait()'s TimeoutError, naming the peer, if op's deadline has passed: for callers that
   // poll test() themselves.
   void throw_if_late(const Handle& h, const OpInfo& op) const;

@@ -90,7 +90,8 @@ void Endpoint::cancel(const std::vector<Handle>& hs, Clock::time_point give_up) 
   impl_->drive();  // forgets the requests that have all reported
 }
 
-void Endpoint::wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch) {
+void Endpoint::wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch,
+                    const std::function<bool()>* beside) {
   // Spin, then yield: most transfers of a collective land within that. A longer wait (a peer
   // that is late: a straggler, a rank still computing) blocks on the completion queue where it
   // has a wait object, until news, the next watch or the deadline, instead of yielding a core
@@ -110,6 +111,10 @@ void Endpoint::wait(const Handle& h, const OpInfo& op, const std::function<void(
     throw_if_late(h, op);
     if (idle < kSpins + kYields) {
       if (++idle > kSpins) std::this_thread::yield();
+      continue;
+    }
+    if (beside && *beside && (*beside)()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
       continue;
     }
     if (!waits_block()) {
