@@ -18,6 +18,27 @@ TEST(Rails, TcpUsesLibfabricsFirstInterfaceUnlessAskedForMore) {
   EXPECT_TRUE(err.empty());
 }
 
+// A bridge and veths (a container's, or tools/netns's) carry link-local addresses only, and
+// libfabric lists them first: the interface with a routable address is chosen, IPv4 first.
+TEST(Rails, TcpPassesOverInterfacesWithLinkLocalAddressesOnly) {
+  std::string err;
+  const std::vector<RailCandidate> host = {
+      {"veth1", "fe80::/64"},   {"br0", "fe80::/64"},    {"docker0", "169.254.0.0/16"}, {"eth0", "192.0.2.0/24"},
+      {"eth0", "fe80::/64"},    {"eth0", "fd00::/64"},   {"eth1", "fd01::/64"},         {"lo", "127.0.0.1/32"},
+      {"veth1", "fe80::/64"},
+  };
+  EXPECT_EQ(choose_rails(host, "", false, &err), (std::vector<std::string>{"eth0"}));
+  EXPECT_EQ(choose_rails(host, "all", false, &err), (std::vector<std::string>{"eth0"}));
+  // Only IPv6 beyond link-local: that one; only link-local: the first, as before.
+  EXPECT_EQ(choose_rails({{"veth1", "fe80::/64"}, {"eth1", "fd01::/64"}}, "", false, &err),
+            (std::vector<std::string>{"eth1"}));
+  EXPECT_EQ(choose_rails({{"veth1", "fe80::/64"}, {"veth2", "fe80::/64"}, {"lo", "127.0.0.1/32"}}, "", false, &err),
+            (std::vector<std::string>{"veth1"}));
+  // Asked for by name, any interface is taken.
+  EXPECT_EQ(choose_rails(host, "veth1", false, &err), (std::vector<std::string>{"veth1"}));
+  EXPECT_TRUE(err.empty());
+}
+
 TEST(Rails, LoopbackOnlyWhenNothingElse) {
   std::string err;
   const std::vector<RailCandidate> lo = {{"lo", "127.0.0.1/32"}, {"lo", "::1/128"}};

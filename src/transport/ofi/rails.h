@@ -22,12 +22,32 @@ inline bool is_loopback(const RailCandidate& c) {
   return c.domain == "lo" || c.fabric.rfind("127.", 0) == 0 || c.fabric.rfind("::1", 0) == 0;
 }
 
+// How well a tcp-like interface's addresses reach other hosts, by its candidates' subnets: 2 an
+// IPv4 subnet other than link-local, 1 a routable IPv6 one, 0 link-local only (fe80::/64,
+// 169.254/16: what a bridge or a container's veth has in the host's namespace, which no other
+// host can reach and which goes away with the container).
+inline int reach_of(const std::vector<RailCandidate>& offered, const std::string& domain) {
+  int best = 0;
+  for (const auto& c : offered) {
+    if (c.domain != domain) continue;
+    const std::string& f = c.fabric;
+    if (f.rfind("fe80:", 0) == 0 || f.rfind("169.254.", 0) == 0) continue;
+    best = std::max(best, f.find(':') == std::string::npos && f.find('.') != std::string::npos ? 2 : 1);
+  }
+  return best;
+}
+
 // The rails to use, each domain once, sorted by name so that every node numbers them alike.
 // `wanted` is SMDDP_OFI_RAILS: comma-separated domain names (each must be offered), or "all".
 // Without it, providers whose every domain is a NIC on the fabric (efa, verbs: `nics_only`) use
 // them all, and the others (tcp, sockets: a host's interfaces include bridges and docker0 that
-// reach no other host) use only the first one libfabric offers, as FI_TCP_IFACE steers it.
-// Loopback is left out whenever anything else is offered: it reaches no other host.
+// reach no other host) use only the first one libfabric offers, as FI_TCP_IFACE steers it, of
+// those that reach furthest (reach_of): an interface with an IPv4 address before one with only
+// a routable IPv6 one, and both before one with link-local addresses only (libfabric 1.17 lists
+// a bridge's and the veths' on it first, so ranks opened their endpoints there, which failed
+// with "Cannot assign requested address" when the veths went, or reached no other host); "all"
+// takes every interface that reaches furthest alike. Loopback is left out whenever anything
+// else is offered: it reaches no other host.
 inline std::vector<std::string> choose_rails(const std::vector<RailCandidate>& offered, const std::string& wanted,
                                              bool nics_only, std::string* error) {
   std::vector<std::string> all, real;
@@ -36,7 +56,14 @@ inline std::vector<std::string> choose_rails(const std::vector<RailCandidate>& o
     all.push_back(c.domain);
     if (!is_loopback(c)) real.push_back(c.domain);
   }
-  const std::vector<std::string>& usable = real.empty() ? all : real;
+  std::vector<std::string> usable = real.empty() ? all : real;
+  if (!nics_only && !real.empty()) {
+    int furthest = 0;
+    for (const auto& d : usable) furthest = std::max(furthest, reach_of(offered, d));
+    usable.erase(std::remove_if(usable.begin(), usable.end(),
+                                [&](const std::string& d) { return reach_of(offered, d) < furthest; }),
+                 usable.end());
+  }
   std::vector<std::string> out;
   if (wanted == "all" || (wanted.empty() && nics_only)) {
     out = usable;
