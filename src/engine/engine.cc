@@ -132,9 +132,9 @@ void Engine::check_wait_can_end(const detail::OpState& op) const {
   if (op.done.load(std::memory_order_acquire) || !held_by_this_thread()) return;
   throw Error("smddp: " + op.describe() +
               " was waited for inside a completion callback (Work::then) of the same communicator, "
-              "and it is point-to-point work or queued behind some: that work progresses only after "
-              "the callback returns, so this wait would never end. Wait for it after the callback, or "
-              "chain it with then()");
+              "and it is point-to-point work, queued behind some, or the collective inside whose waits "
+              "the callback runs: that work progresses only after the callback returns, so this wait "
+              "would never end. Wait for it after the callback, or chain it with then()");
 }
 
 void Engine::run_and_finish(Task& t) {

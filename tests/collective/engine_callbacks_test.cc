@@ -163,26 +163,32 @@ TEST(EngineCallbacks, WaitingInsideACallbackOnWorkThatCannotProgressIsAnError) {
   }
 }
 
-// A receive's callback (on the engine thread, between polls) that waits on a collective issued
-// after the receive, which has not finished: the engine thread runs it only after the callback
-// (or is running it: a collective runs beside the receives in flight and polls them from its
-// waits). The receive has its message at its first poll, so whichever way the engine thread
-// takes the two, the callback runs before the collective ends.
+// A receive's callback that waits on a collective issued after the receive, which is running on
+// this very thread: a collective runs beside the receives in flight and polls them from its
+// waits (poll_p2p_beside, which the collective below calls as a real one's waits would), so the
+// receive completes, and its callback runs, inside the collective. The message arrives only
+// once both are queued, so the collective cannot end first.
 TEST(EngineCallbacks, AReceivesCallbackWaitingOnALaterCollectiveIsAnError) {
   auto engine = std::make_shared<engine::Engine>(false);
-  auto arrived = std::make_shared<std::atomic<bool>>(true);
+  auto arrived = std::make_shared<std::atomic<bool>>(false);
   engine::Task r = receive(1, arrived);
   auto recv_state = r.state;
-  engine::Task later = collective(2);
-  auto later_state = later.state;
   std::string err;
   std::atomic<bool> callback_done{false};
+  engine::Task later = collective(2, [&] {
+    while (!callback_done) {
+      engine->poll_p2p_beside();
+      std::this_thread::yield();
+    }
+  });
+  auto later_state = later.state;
   recv_state->on_complete([&](std::exception_ptr) {
     err = wait_error(later_state);
     callback_done = true;
   });
   (void)engine->submit(std::move(r));
   (void)engine->submit(std::move(later));
+  arrived->store(true);
   EXPECT_EQ(wait_error(later_state), "");
   EXPECT_TRUE(callback_done);
   EXPECT_NE(err.find("allreduce #2 on rank 0 was waited for inside a completion callback"), std::string::npos)
