@@ -23,7 +23,7 @@ TEST(Rails, TcpUsesLibfabricsFirstInterfaceUnlessAskedForMore) {
 TEST(Rails, TcpPassesOverInterfacesWithLinkLocalAddressesOnly) {
   std::string err;
   const std::vector<RailCandidate> host = {
-      {"veth1", "fe80::/64"},   {"br0", "fe80::/64"},    {"docker0", "169.254.0.0/16"}, {"eth0", "192.0.2.0/24"},
+      {"veth1", "fe80::/64"},   {"br0", "fe80::/64"},    {"veth2", "169.254.0.0/16"}, {"eth0", "192.0.2.0/24"},
       {"eth0", "fe80::/64"},    {"eth0", "fd00::/64"},   {"eth1", "fd01::/64"},         {"lo", "127.0.0.1/32"},
       {"veth1", "fe80::/64"},
   };
@@ -37,6 +37,18 @@ TEST(Rails, TcpPassesOverInterfacesWithLinkLocalAddressesOnly) {
   // Asked for by name, any interface is taken.
   EXPECT_EQ(choose_rails(host, "veth1", false, &err), (std::vector<std::string>{"veth1"}));
   EXPECT_TRUE(err.empty());
+}
+
+// The chosen interface's endpoint opens on the address that made it the choice, not on the
+// first libfabric lists (fe80:: comes before fd00:: on one interface; a 169.254 address may come
+// before the routable IPv4 one). Non-IP fabric names (efa's) all rank alike: the first.
+TEST(Rails, TheEndpointOpensOnTheInterfacesFurthestReachingAddress) {
+  EXPECT_EQ(preferred_address({"fe80::/64", "fd01::/64"}), 1u);
+  EXPECT_EQ(preferred_address({"169.254.0.0/16", "10.0.0.0/24", "fe80::/64"}), 1u);
+  EXPECT_EQ(preferred_address({"192.0.2.0/24", "fe80::/64", "fd00::/64"}), 0u);
+  EXPECT_EQ(preferred_address({"fd00::/64", "192.0.2.0/24"}), 1u);
+  EXPECT_EQ(preferred_address({"fe80::/64"}), 0u);
+  EXPECT_EQ(preferred_address({"efa", "efa"}), 0u);
 }
 
 TEST(Rails, LoopbackOnlyWhenNothingElse) {

@@ -30,16 +30,18 @@ std::vector<uint8_t> setup_record(Store& store, const std::string& key, int rank
 
 
 namespace {
-// The provider's entry for `domain`: IPv4 first where a domain has several addresses (tcp lists
-// an interface once per address family; IPv6 link-local addresses need a scope to be reached).
+// The provider's entry for `domain`: where a domain has several addresses (tcp lists an
+// interface once per address), the one that reaches furthest (rails.h: IPv4 first, link-local
+// last: IPv6 link-local addresses need a scope to be reached, and reach no other host).
 fi_info* entry_for(fi_info* list, const std::string& domain) {
-  fi_info* first = nullptr;
+  std::vector<fi_info*> entries;
+  std::vector<std::string> subnets;
   for (fi_info* i = list; i; i = i->next) {
     if (!i->domain_attr->name || domain != i->domain_attr->name) continue;
-    if (i->addr_format == FI_SOCKADDR_IN) return i;
-    if (!first) first = i;
+    entries.push_back(i);
+    subnets.push_back(i->fabric_attr->name ? i->fabric_attr->name : "");
   }
-  return first;
+  return entries.empty() ? nullptr : entries[preferred_address(subnets)];
 }
 }  // namespace
 

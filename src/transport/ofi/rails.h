@@ -22,18 +22,28 @@ inline bool is_loopback(const RailCandidate& c) {
   return c.domain == "lo" || c.fabric.rfind("127.", 0) == 0 || c.fabric.rfind("::1", 0) == 0;
 }
 
-// How well a tcp-like interface's addresses reach other hosts, by its candidates' subnets: 2 an
-// IPv4 subnet other than link-local, 1 a routable IPv6 one, 0 link-local only (fe80::/64,
-// 169.254/16: what a bridge or a container's veth has in the host's namespace, which no other
-// host can reach and which goes away with the container).
+// How far a tcp-like address reaches, by its subnet (the fabric name): 2 an IPv4 subnet other
+// than link-local, 1 a routable IPv6 one, 0 link-local (fe80::/64, 169.254/16: what a bridge or a
+// container's veth has in the host's namespace, which no other host can reach).
+inline int reach_of_subnet(const std::string& f) {
+  if (f.rfind("fe80:", 0) == 0 || f.rfind("169.254.", 0) == 0) return 0;
+  return f.find(':') == std::string::npos && f.find('.') != std::string::npos ? 2 : 1;
+}
+// An interface's: its furthest-reaching address's (those that go away with a container have
+// link-local addresses only).
 inline int reach_of(const std::vector<RailCandidate>& offered, const std::string& domain) {
   int best = 0;
-  for (const auto& c : offered) {
-    if (c.domain != domain) continue;
-    const std::string& f = c.fabric;
-    if (f.rfind("fe80:", 0) == 0 || f.rfind("169.254.", 0) == 0) continue;
-    best = std::max(best, f.find(':') == std::string::npos && f.find('.') != std::string::npos ? 2 : 1);
-  }
+  for (const auto& c : offered)
+    if (c.domain == domain) best = std::max(best, reach_of_subnet(c.fabric));
+  return best;
+}
+// Which of an interface's addresses (their subnets, in libfabric's order) the endpoint opens:
+// the first that reaches furthest, so that an interface chosen for its routable address is not
+// then opened on its link-local one (libfabric lists fe80:: before fd00:: on one interface).
+inline size_t preferred_address(const std::vector<std::string>& subnets) {
+  size_t best = 0;
+  for (size_t i = 1; i < subnets.size(); ++i)
+    if (reach_of_subnet(subnets[i]) > reach_of_subnet(subnets[best])) best = i;
   return best;
 }
 
