@@ -451,17 +451,15 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   // any remain; so do the waits on the network (Context::beside).
   const bool beside = engine_->p2p_beside_collective();
   const std::function<bool()> poll_beside = [this] { return engine_->poll_p2p_beside(); };
-  std::function<bool()> node_idle;  // the hook it replaces (across nodes: the network's progress)
-  struct IdleHookRestored {
+  struct IdleHookRestored {  // the hook it replaces (across nodes: the network's progress)
     shm::Group& g;
     std::function<bool()> hook;
     ~IdleHookRestored() { g.set_idle_hook(std::move(hook)); }
   };
   std::optional<IdleHookRestored> restore;
   if (beside) {
-    node_idle = shm_->idle_hook();
-    restore.emplace(IdleHookRestored{*shm_, node_idle});
-    shm_->set_idle_hook([this, &node_idle] {
+    restore.emplace(IdleHookRestored{*shm_, shm_->idle_hook()});
+    shm_->set_idle_hook([this, &node_idle = restore->hook] {
       const bool net = node_idle && node_idle();
       const bool p2p = engine_->poll_p2p_beside();
       return net || p2p;
