@@ -324,6 +324,8 @@ struct CrossNodeCase {
   int hosts, per_host;
   bool netns;
   bool rma = false;  // collective messages from 4 KiB by RMA write (SMDDP_OFI_RMA)
+  // SMDDP_OFI_MAX_MESSAGE: small, so that messages go as several libfabric messages (chunks).
+  const char* max_message = "";
 };
 
 class CrossNode : public ::testing::TestWithParam<CrossNodeCase> {};
@@ -345,6 +347,7 @@ RunOptions cross_node_options(const CrossNodeCase& p, std::unique_ptr<NetnsHosts
   }
   ro.env.push_back({"SMDDP_HIER_SLICE", "256k"});
   if (p.rma) ro.env.push_back({"SMDDP_OFI_RMA", "4k"});
+  if (*p.max_message) ro.env.push_back({"SMDDP_OFI_MAX_MESSAGE", p.max_message});
   for (int h = 0; h < p.hosts; ++h)
     for (int i = 0; i < p.per_host; ++i) {
       ro.rank_env.push_back({{"SMDDP_NODE_ID", "host" + std::to_string(h)}});
@@ -496,10 +499,12 @@ TEST(CrossNodeInPlace, AlltoallInPlaceSendsTheBlocksAsTheyWere) {
 INSTANTIATE_TEST_SUITE_P(Hosts, CrossNode,
                          ::testing::Values(CrossNodeCase{2, 2, false}, CrossNodeCase{2, 2, true},
                                            CrossNodeCase{3, 2, true}, CrossNodeCase{2, 2, true, true},
-                                           CrossNodeCase{3, 1, true}),
+                                           CrossNodeCase{3, 1, true}, CrossNodeCase{2, 2, false, false, "16k"},
+                                           CrossNodeCase{2, 2, false, true, "16k"}),
                          [](const auto& i) {
                            return std::to_string(i.param.hosts) + "x" + std::to_string(i.param.per_host) +
-                                  (i.param.netns ? "_netns" : "_loopback") + (i.param.rma ? "_rma" : "");
+                                  (i.param.netns ? "_netns" : "_loopback") + (i.param.rma ? "_rma" : "") +
+                                  (*i.param.max_message ? std::string("_chunked") : std::string());
                          });
 
 #endif  // SMDDP_HAVE_LIBFABRIC

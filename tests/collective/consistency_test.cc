@@ -338,32 +338,70 @@ TEST(CrossNodeConsistency, NodeMatesThatSliceTheHierarchicalAllreduceDifferently
 
 // A message between nodes whose two ranks disagree about its size is an error naming both sizes
 // at the receiver, never a short buffer taken for a whole one (nor a silently truncated one).
+// Then with libfabric messages of 64 KiB (SMDDP_OFI_MAX_MESSAGE), where a message goes as several
+// and the sizes differ by whole messages (chunks) of the same length: every chunk a receive
+// posted had the length posted, so a receive of one chunk took the first of a sender's two as
+// the whole message (a silently truncated one), and a receive of two waited for its timeout for
+// a second the sender never had. Each chunk now says whether it is its message's last.
 TEST(CrossNodeConsistency, MessageSizeDisagreementIsAnError) {
   NetnsHosts hosts(2);
-  const RunOptions ro = hosts.place({0, 1});
-  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
-    Options o;
-    o.timeout = 20s;
-    for (const auto& [sent, expected, name] : {std::tuple{4, 8, "shorter"}, std::tuple{8, 4, "longer"}}) {
-      o.name = name;
-      Communicator c(store, rank, w, o);
-      std::vector<float> buf(8, kSentinel);
-      if (rank == 0) {
-        // The send completes, unless the receiver's abort reaches it first: then it says why.
-        try {
-          c.send(buf.data(), static_cast<size_t>(sent), DataType::f32, 1, 7).wait();
-        } catch (const Error& e) {
-          if (std::string(e.what()).find("disagree about the message's size") == std::string::npos)
-            rep.fail(std::string(name) + ": sender: " + e.what());
-        }
-        continue;
+  static constexpr int kChunk = 16384;  // floats: 64 KiB
+  for (const char* max_message : {"", "64k"}) {
+    RunOptions ro = hosts.place({0, 1});
+    if (*max_message) ro.env.push_back({"SMDDP_OFI_MAX_MESSAGE", max_message});
+    auto res = run_ranks(2, [max_message](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+      Options o;
+      o.timeout = 20s;
+      std::vector<std::tuple<int, int, const char*>> cases = {{4, 8, "shorter"}, {8, 4, "longer"}};
+      if (*max_message) {
+        cases.push_back({kChunk, 2 * kChunk, "shorter by a whole chunk"});
+        cases.push_back({2 * kChunk, kChunk, "longer by a whole chunk"});
+        cases.push_back({3 * kChunk, 2 * kChunk + 5, "longer, in its last chunk"});
       }
-      expect_throw<MismatchError>(rep, name, [&] { c.recv(buf.data(), static_cast<size_t>(expected), DataType::f32, 0, 7).wait(); },
-                                  "rank 1 expects " + std::to_string(expected * 4) + " bytes from rank 0, which sent " +
-                                      (sent < expected ? std::to_string(sent * 4) + " bytes" : std::string("more")));
-    }
-  }, ro);
-  ASSERT_TRUE(res.ok()) << res.summary();
+      for (const auto& [sent, expected, name] : cases) {
+        o.name = name;
+        Communicator c(store, rank, w, o);
+        std::vector<float> buf(3 * kChunk, kSentinel);
+        if (rank == 0) {
+          // The send completes, unless the receiver's abort reaches it first: then it says why.
+          try {
+            c.send(buf.data(), static_cast<size_t>(sent), DataType::f32, 1, 7).wait();
+          } catch (const Error& e) {
+            if (std::string(e.what()).find("disagree about the message's size") == std::string::npos)
+              rep.fail(std::string(name) + ": sender: " + e.what());
+          }
+          continue;
+        }
+        const auto started = std::chrono::steady_clock::now();
+        expect_throw<MismatchError>(rep, name, [&] { c.recv(buf.data(), static_cast<size_t>(expected), DataType::f32, 0, 7).wait(); },
+                                    "rank 1 expects " + std::to_string(expected * 4) + " bytes from rank 0, which sent " +
+                                        (sent < expected ? std::to_string(sent * 4) + " bytes" : std::string("more")));
+        if (std::chrono::steady_clock::now() - started > 5s)
+          rep.fail(std::string(name) + ": the error took more than 5 s (the timeout is 20 s)");
+      }
+    }, ro);
+    ASSERT_TRUE(res.ok()) << "SMDDP_OFI_MAX_MESSAGE=" << max_message << ": " << res.summary();
+  }
+}
+
+// Ranks that would cut or send messages differently fail when their communicator is made, every
+// rank naming the setting: a receive of another rank's chunks or protocol would wait for chunks
+// or an RMA ticket that never come (a timeout naming neither).
+TEST(CrossNodeConsistency, RanksThatSendMessagesDifferentlyFailAtSetup) {
+  NetnsHosts hosts(2);
+  const std::pair<const char*, const char*> settings[] = {{"SMDDP_OFI_MAX_MESSAGE", "64k"}, {"SMDDP_OFI_RMA", "4k"}};
+  for (const auto& [name, value] : settings) {
+    RunOptions ro = hosts.place({0, 0, 1});
+    ro.rank_env[2].emplace_back(name, value);  // one rank of the second node
+    const std::string setting = name;
+    auto res = run_ranks(3, [setting](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+      Options o;
+      o.timeout = 20s;
+      expect_throw<InvalidArgument>(rep, setting, [&] { Communicator c(store, rank, w, o); },
+                                    setting + " must be equal on every rank");
+    }, ro);
+    ASSERT_TRUE(res.ok()) << setting << ": " << res.summary();
+  }
 }
 
 // A message between nodes under another tag than its receive's is an error naming both tags,

@@ -2,7 +2,8 @@
 // wire.h): the sender's rank from its tag (a receive from any rank) and whether its length is the
 // one posted. Any tag must name a rank the tag's sender field holds, nothing else of the tag;
 // any length must be taken exactly when it is the posted chunk's (so a taken chunk lies inside
-// the receive's buffer), else refused naming how many bytes the peer's message came to. A
+// the receive's buffer) and the chunk is as last as the posted one (a sender of more or fewer
+// whole chunks), else refused naming how many bytes the peer's message came to. A
 // point-to-point tag keeps its number and its tag's fold apart: a receive's own tag never
 // disagrees with a message it numbered, and any other tag folds to what the refusal names.
 #include <algorithm>
@@ -62,12 +63,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A completion belongs to one of the receive's chunks; a message of more chunks than a tag can
   // number is refused before anything is posted (make_request).
   const size_t nchunks = bytes == 0 ? 1 : bytes / max_msg + (bytes % max_msg != 0);
-  if (nchunks >= kTicketChunk) return 0;
+  if (nchunks > kMaxChunks) return 0;
   const size_t chunk = chunk_in % nchunks, off = chunk * max_msg;
-  const size_t want = chunk + 1 == nchunks ? bytes - off : max_msg;  // the last chunk is shorter
-  const std::string theirs = chunk_length_disagreement(bytes, max_msg, chunk, len);
-  if (theirs.empty() != (len == want)) std::abort();
+  // A chunk's field names its index and whether it is the last, and is never a ticket's.
+  const uint64_t posted = chunk_field(chunk, nchunks);
+  const bool last = chunk + 1 == nchunks;
+  if ((posted & ~kLastChunkBit) != chunk || ((posted & kLastChunkBit) != 0) != last) std::abort();
+  if (posted == kTicketChunk || chunk_field(kMaxChunks - 1, kMaxChunks) == kTicketChunk) std::abort();
+  // The chunk taken: as long as posted and as last, else refused naming what the sender sent
+  // (the arrived tag's chunk field gives its last-chunk bit).
+  const bool arrived_last = (tag & kLastChunkBit) != 0;
+  const size_t want = last ? bytes - off : max_msg;  // the last chunk is shorter
+  const std::string theirs = chunk_length_disagreement(bytes, max_msg, chunk, len, tag & kTicketChunk);
+  if (theirs.empty() != (len == want && last == arrived_last)) std::abort();
   if (theirs.empty() && (len > max_msg || off + len > bytes)) std::abort();
-  if (!theirs.empty() && theirs != std::to_string(off + len) + " bytes") std::abort();
+  const std::string said = len == want && last ? "more than " + std::to_string(bytes) + " bytes"
+                                                : std::to_string(off + len) + " bytes";
+  if (!theirs.empty() && theirs != said) std::abort();
   return 0;
 }

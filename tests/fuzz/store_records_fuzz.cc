@@ -79,6 +79,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at += n;
     // Taken exactly when fi_av_insert may read it whole: the length of this rank's own address.
     if (smddp::ofi::address_record_problem(addr.size(), own).empty() != (addr.size() == own)) std::abort();
+    // The settings after an address: read back as written, and refused exactly when they differ.
+    if (addr.size() >= smddp::ofi::kWireSettingsBytes) {
+      const auto theirs = smddp::ofi::wire_settings_of(addr);
+      std::vector<uint8_t> again(addr.begin(), addr.end() - smddp::ofi::kWireSettingsBytes);
+      smddp::ofi::append_wire_settings(again, theirs);
+      if (again != addr) std::abort();
+      const smddp::ofi::WireSettings ours{theirs.max_msg, theirs.rma_min ^ (own & 1)};
+      if (smddp::ofi::wire_settings_problem(theirs, ours).empty() != ((own & 1) == 0)) std::abort();
+    }
   }
   try {
     (void)smddp::ofi::job_key(std::vector<uint8_t>(data + at, data + size));

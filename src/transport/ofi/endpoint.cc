@@ -114,6 +114,13 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   m.prov_key = (info->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
   m.virt_addr = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
   m.max_msg = info->ep_attr->max_msg_size ? std::min(info->ep_attr->max_msg_size, kMaxChunk) : kMaxChunk;
+  if (config::is_set("SMDDP_OFI_MAX_MESSAGE")) {
+    const int64_t want = config::get_int("SMDDP_OFI_MAX_MESSAGE");
+    if (want < 4096)
+      throw InvalidArgument("smddp: SMDDP_OFI_MAX_MESSAGE=" + config::get_string("SMDDP_OFI_MAX_MESSAGE") +
+                            ": at least 4096 bytes");
+    m.max_msg = std::min(m.max_msg, static_cast<size_t>(want));
+  }
   check("fi_fabric", fi_fabric(info->fabric_attr, m.fabric.out(), nullptr));
   check("fi_domain", fi_domain(m.fabric.get(), info, m.domain.out(), nullptr));
   fi_cq_attr cq_attr{};
@@ -144,13 +151,19 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   size_t len = name.size();
   check("fi_getname", fi_getname(&m.ep.get()->fid, name.data(), &len));
   name.resize(len);
-  store.set("ofi/addr/" + std::to_string(rank), name);
+  const WireSettings settings{m.max_msg, m.rma_min};
+  std::vector<uint8_t> record = name;
+  append_wire_settings(record, settings);
+  store.set("ofi/addr/" + std::to_string(rank), record);
   m.addrs.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
     std::vector<uint8_t> peer = setup_record(store, "ofi/addr/" + std::to_string(r), rank, r, timeout);
-    if (auto problem = address_record_problem(peer.size(), name.size()); !problem.empty())
+    if (auto problem = address_record_problem(peer.size(), record.size()); !problem.empty())
       throw SystemError("smddp: rank " + std::to_string(rank) + " cannot reach rank " + std::to_string(r) +
                         " over libfabric: " + problem);
+    if (auto problem = wire_settings_problem(wire_settings_of(peer), settings); !problem.empty())
+      throw InvalidArgument("smddp: rank " + std::to_string(rank) + " and rank " + std::to_string(r) +
+                            " cannot exchange messages over libfabric: " + problem);
     int n = fi_av_insert(m.av.get(), peer.data(), 1, &m.addrs[static_cast<size_t>(r)], 0, nullptr);
     if (n != 1) throw SystemError("smddp: fi_av_insert of rank " + std::to_string(r) + "'s address failed");
   }

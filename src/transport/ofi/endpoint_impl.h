@@ -88,7 +88,10 @@ struct Endpoint::Request {
 inline std::shared_ptr<Endpoint::Request> make_request(Endpoint::Request proto, size_t max_msg) {
   auto r = std::make_shared<Endpoint::Request>(std::move(proto));
   r->nchunks = std::max<size_t>(1, (r->bytes + max_msg - 1) / max_msg);
-  if (r->nchunks >= kTicketChunk) throw InvalidArgument("smddp: message too large for the libfabric transport");
+  if (r->nchunks > kMaxChunks)
+    throw InvalidArgument("smddp: a message of " + std::to_string(r->bytes) + " bytes is too large for the libfabric " +
+                          "transport: at most " + std::to_string(kMaxChunks) + " messages of " + std::to_string(max_msg) +
+                          " bytes (SMDDP_OFI_MAX_MESSAGE)");
   // Operations with contexts of ours: the chunks; an RMA sender also its ticket's receive; an
   // RMA receiver none (its ticket is injected, its data arrives as remote completions).
   r->ops = !r->rma ? r->nchunks : r->is_send ? r->nchunks + 1 : 0;
@@ -180,11 +183,13 @@ struct Endpoint::Impl {
     return true;
   }
 
-  // A receive completion's length against the chunk it was posted for (wire.h).
-  void check_length(Request& r, const ChunkCtx& c, size_t len) {
+  // A receive completion's length and chunk field (from its tag on the wire) against the chunk it
+  // was posted for (wire.h).
+  void check_length(Request& r, const ChunkCtx& c, size_t len, uint64_t wire_tag) {
     const std::string theirs =
         r.is_send ? ticket_length_disagreement(len)  // an RMA sender's ticket
-                  : chunk_length_disagreement(r.bytes, max_msg, static_cast<size_t>(&c - r.ctx.data()), len);
+                  : chunk_length_disagreement(r.bytes, max_msg, static_cast<size_t>(&c - r.ctx.data()), len,
+                                              wire(wire_tag) & kTicketChunk);
     if (!theirs.empty()) size_mismatch(r, theirs);
   }
 
@@ -196,9 +201,11 @@ struct Endpoint::Impl {
       const size_t len = std::min(max_msg, r->bytes - std::min(r->bytes, off));
       ChunkCtx& c = r->ctx[i];
       c.req = r.get();
-      const uint64_t tag = wire(r->first_tag + i);
-      // A receive from any rank takes any sender's message under its tag, whatever its number.
-      const uint64_t ignore = r->any_source ? kSenderBits | kP2pOrderBits : r->check_tag ? kP2pFoldBits : 0;
+      const uint64_t tag = wire(r->first_tag + chunk_field(i, r->nchunks));
+      // A receive from any rank takes any sender's message under its tag, whatever its number;
+      // every receive takes its chunk whether the sender marked it last (compared on arrival).
+      const uint64_t ignore =
+          kLastChunkBit | (r->any_source ? kSenderBits | kP2pOrderBits : r->check_tag ? kP2pFoldBits : 0);
       ssize_t rc = r->is_send
                        ? fi_tsend(ep.get(), r->sbuf + off, len, r->desc, addrs[static_cast<size_t>(r->peer)], tag, &c.ctx)
                        : fi_trecv(ep.get(), r->rbuf + off, len, r->desc, FI_ADDR_UNSPEC, tag, ignore, &c.ctx);
@@ -347,7 +354,7 @@ struct Endpoint::Impl {
           c->req->order = p2p_order_of(wire(e[k].tag));
         }
         if ((e[k].flags & FI_RECV) && c->req->error.empty() && !tag_disagrees(*c->req, e[k].tag))
-          check_length(*c->req, *c, e[k].len);
+          check_length(*c->req, *c, e[k].len, e[k].tag);
       }
     }
   }
