@@ -44,6 +44,16 @@ class NetWait {
   Clock::time_point next_watch_{};
 };
 
+// Cancels the posted request `h` (if any) and waits for the network to let go of its buffer;
+// never throws (the caller has an error of its own on its way, or none to give).
+inline void cancel_quietly(ofi::Endpoint& ep, const ofi::Endpoint::Handle& h) noexcept {
+  if (!h) return;
+  try {
+    ep.cancel(h);
+  } catch (...) {
+  }
+}
+
 // Runs one poll of a transfer whose request is `h` (null until posted). If it throws, the
 // request's posted operations are cancelled before the error reaches the caller, who may then
 // free the buffer (as NetExchange does for collectives).
@@ -52,15 +62,37 @@ bool cancelled_on_failure(ofi::Endpoint& ep, const ofi::Endpoint::Handle& h, Ste
   try {
     return step();
   } catch (...) {
-    if (h) {
-      try {
-        ep.cancel(h);
-      } catch (...) {  // the transfer's own error is on its way
-      }
-    }
+    cancel_quietly(ep, h);
     throw;
   }
 }
+
+// Whether a transfer machine is finished with the network: it completed, failed (its request
+// cancelled on the way out) or gave its receive up. One destroyed before that (the engine failed
+// it unpolled: its communicator was destroyed under it, or aborted) cancels its request itself:
+// the caller may free the buffer as soon as the operation has failed, while the endpoint, which
+// goes later with the communicator, would otherwise still place a message there (and efa's NIC
+// writes a posted buffer without any poll of ours).
+class Settled {
+ public:
+  template <class Step>
+  bool track(ofi::Endpoint& ep, const ofi::Endpoint::Handle& h, Step step) {
+    bool done = false;
+    try {
+      done = cancelled_on_failure(ep, h, step);
+    } catch (...) {
+      settled_ = true;
+      throw;
+    }
+    if (done) settled_ = true;
+    return done;
+  }
+  void set() { settled_ = true; }
+  bool operator()() const { return settled_; }
+
+ private:
+  bool settled_ = false;
+};
 
 // A point-to-point message to or from another node: one tagged libfabric transfer, numbered
 // among the pair's messages when first polled (pair_order.h).
@@ -70,8 +102,13 @@ class NetTransfer {
               std::function<void(const OpInfo&)> watch)
       : ep_(ep), order_(order), is_send_(is_send), buf_(buf), bytes_(bytes), peer_(peer), tag_(tag),
         wait_(std::move(watch)) {}
+  ~NetTransfer() {
+    if (!settled_()) cancel_quietly(ep_, h_);
+  }
+  NetTransfer(const NetTransfer&) = delete;
+  NetTransfer& operator=(const NetTransfer&) = delete;
   bool poll(shm::Group& g, const OpInfo& op) {
-    return cancelled_on_failure(ep_, h_, [&] { return step(g, op); });
+    return settled_.track(ep_, h_, [&] { return step(g, op); });
   }
 
  private:
@@ -99,6 +136,7 @@ class NetTransfer {
   uint32_t tag_;
   NetWait wait_;
   ofi::Endpoint::Handle h_;
+  Settled settled_;
 };
 
 // A receive from any source when the ranks span nodes: one receive posted on the network for
@@ -112,12 +150,15 @@ class NetOrLocalAnySource {
                       std::function<void(const OpInfo&)> watch)
       : ep_(ep), order_(order), buf_(buf), bytes_(bytes), tag_(tag), local_ranks_(std::move(local_ranks)),
         source_(std::move(source)), wait_(std::move(watch)) {}
-  ~NetOrLocalAnySource() { resolved(); }
+  ~NetOrLocalAnySource() {
+    if (!settled_()) cancel_quietly(ep_, h_);  // (before its place among receives from any rank goes)
+    resolved();
+  }
   NetOrLocalAnySource(const NetOrLocalAnySource&) = delete;
   NetOrLocalAnySource& operator=(const NetOrLocalAnySource&) = delete;
   bool poll(shm::Group& g, const OpInfo& op) {
     // (a network receive withdrawn for a local message: cancelling it again is harmless)
-    return cancelled_on_failure(ep_, h_, [&] { return step(g, op); });
+    return settled_.track(ep_, h_, [&] { return step(g, op); });
   }
 
  private:
@@ -136,6 +177,7 @@ class NetOrLocalAnySource {
     const int src = p2p::peek_any(g, tag_, &next_);
     if (src >= 0) {
       if (ep_.withdraw(h_)) return took_network_message();
+      settled_.set();  // the network receive is withdrawn: nothing lands in the buffer from there
       order_.close_any();
       resolved();
       local_ = std::make_unique<p2p::Recv>(buf_, bytes_, src, tag_);
@@ -163,6 +205,7 @@ class NetOrLocalAnySource {
   std::shared_ptr<std::atomic<int>> source_;
   NetWait wait_;
   ofi::Endpoint::Handle h_;
+  Settled settled_;
   void resolved() {
     if (open_in_) open_in_->close_any(seq_);
     open_in_ = nullptr;

@@ -143,6 +143,12 @@ struct Endpoint::Impl {
     // Then the rest in reverse order of opening (members are destroyed in reverse declaration
     // order). After a link went down this close flushes the cut transfers: see
     // provider.cc's configure_providers_once for the rxm crash that made over tcp.
+    size_t posted = 0;  // operations libfabric still held (point-to-point ones cancel themselves first)
+    for (const auto& r : inflight) posted += r->posted - r->completed - r->failed;
+    if (posted > 0) {
+      SMDDP_LOG(INFO, rank) << "libfabric: the endpoint closes with " << posted
+                            << " operation(s) still posted, which the close discards";
+    }
     ep.reset();
     inflight.clear();
     if (sweep && sweep->dropped()) {
