@@ -130,6 +130,48 @@ TEST(OfiEndpoint, TransfersInsideARegisteredRegionReuseItsRegistration) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// A receive from any rank issued after receives from one rank that the provider refused for lack
+// of room (-FI_EAGAIN: rxm's receive queue of 16 here, efa's under load) waits until they are
+// posted: the messages they were numbered for are theirs, not its. It was posted beside them in
+// no particular order, and took the first of their messages it found queued.
+TEST(OfiEndpoint, AReceiveFromAnyRankWaitsForEarlierReceivesTheProviderRefused) {
+  RunOptions ro;
+  ro.env = {{"FI_TCP_IFACE", "lo"}, {"SMDDP_OFI_PROVIDER", "tcp;ofi_rxm"}, {"FI_OFI_RXM_RX_SIZE", "16"}};
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    ofi::Endpoint ep(*store, rank, w, rank, std::chrono::seconds(30));
+    constexpr uint32_t kTag = 5, kFromOne = 64;  // receives from rank 1, then one from any rank
+    const OpInfo op = op_with_timeout(std::chrono::seconds(20));
+    if (rank == 1) {
+      store->get("posted", std::chrono::seconds(30));
+      std::vector<uint32_t> out(kFromOne + 1);
+      std::vector<ofi::Endpoint::Handle> hs;
+      for (uint32_t k = 0; k <= kFromOne; ++k) {
+        out[k] = 1000 + k;
+        hs.push_back(ep.send_p2p(0, &out[k], 4, kTag, k));
+      }
+      for (auto& h : hs) ep.wait(h, op);
+      store->get("received", std::chrono::seconds(30));
+      return;
+    }
+    std::vector<uint32_t> in(kFromOne + 1, 0);
+    std::vector<ofi::Endpoint::Handle> hs;
+    for (uint32_t k = 0; k < kFromOne; ++k) hs.push_back(ep.recv_p2p(1, &in[k], 4, kTag, k));
+    hs.push_back(ep.recv_any(&in[kFromOne], 4, kTag));
+    if (ep.posts_refused() == 0) rep.fail("the provider refused no post: the test's premise (FI_OFI_RXM_RX_SIZE) is gone");
+    store->set("posted", {1});
+    for (auto& h : hs) ep.wait(h, op);
+    store->set("received", {1});
+    for (uint32_t k = 0; k <= kFromOne; ++k)
+      if (in[k] != 1000 + k) {
+        rep.fail("receive " + std::to_string(k) + " took message " + std::to_string(static_cast<int>(in[k]) - 1000) +
+                 (k == kFromOne ? " (the receive from any rank)" : ""));
+        break;
+      }
+    if (ep.order(hs.back()) != kFromOne) rep.fail("the receive from any rank names message " + std::to_string(ep.order(hs.back())));
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // A receive abandoned after a timeout (a failed collective) is cancelled: the message that
 // arrives later must not land in the buffer, which the caller may have freed by then. With RMA
 // too: the late writer finds its ticket revoked.

@@ -405,6 +405,11 @@ size_t Endpoint::foreign_messages_dropped() const {
   return impl_->sweep ? impl_->sweep->dropped() : 0;
 }
 
+size_t Endpoint::posts_refused() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->posts_refused;
+}
+
 size_t Endpoint::transfer_registrations() const {
   std::lock_guard<std::mutex> g(impl_->mu);
   return impl_->transfer_regs;

@@ -84,6 +84,8 @@ class Endpoint {
 
   // Messages from outside this communicator (another key: job_key.h) found queued and dropped.
   size_t foreign_messages_dropped() const;
+  // Posts the provider refused for lack of room so far (-FI_EAGAIN: posted again later; tests).
+  size_t posts_refused() const;
 
   // Reads completions; true once `h` is done. Throws SystemError on a completion error.
   bool test(const Handle& h);

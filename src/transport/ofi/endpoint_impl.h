@@ -120,6 +120,7 @@ struct Endpoint::Impl {
   bool hmem = false;  // opened with FI_HMEM: device memory can be registered
   RegionCache<FidOwner<fid_mr>> regions;
   size_t transfer_regs = 0;
+  size_t posts_refused = 0;  // -FI_EAGAIN on a tagged post (tests)
   bool prov_key = true;  // FI_MR_PROV_KEY: the provider picks keys; else each needs its own
   uint64_t next_key = 1;
   uint64_t mr_key() { return prov_key ? 0 : next_key++; }
@@ -199,8 +200,21 @@ struct Endpoint::Impl {
     if (!theirs.empty()) size_mismatch(r, theirs);
   }
 
+  // A point-to-point receive from one rank with a chunk the provider refused (-FI_EAGAIN), to be
+  // posted again later.
+  bool p2p_receive_waiting() const {
+    for (const auto& r : inflight)
+      if (r->check_tag && r->error.empty() && r->posted < r->nchunks) return true;
+    return false;
+  }
+
   void post(const std::shared_ptr<Request>& r) {
     if (r->rma) return post_rma(*r);
+    // A receive from any rank waits while a receive from one rank is not yet all posted: issued
+    // before it (PairOrder lets no later one from a rank start while it is open), that one's
+    // message is not this one's to take, and with the provider's queue full (efa under load) it
+    // would be (drive() posts this one once that one is).
+    if (r->any_source && p2p_receive_waiting()) return;
     while (r->posted < r->nchunks && r->error.empty()) {
       const size_t i = r->posted;
       const size_t off = i * max_msg;
@@ -216,6 +230,7 @@ struct Endpoint::Impl {
                        ? fi_tsend(ep.get(), r->sbuf + off, len, r->desc, addrs[static_cast<size_t>(r->peer)], tag, &c.ctx)
                        : fi_trecv(ep.get(), r->rbuf + off, len, r->desc, FI_ADDR_UNSPEC, tag, ignore, &c.ctx);
       if (rc == -FI_EAGAIN) {
+        ++posts_refused;
         progress();  // the provider wants its queue drained first
         return;
       }
