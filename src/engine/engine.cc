@@ -324,6 +324,10 @@ void Engine::loop() {
   std::exception_ptr reason = stop_reason_;
   lk.unlock();
   Holding h(this);
+  // The ops in flight let go of what they hold first: an op across nodes withdraws its transfer
+  // from the network as its poll goes (p2p_across_nodes.h), before a waiter or callback that
+  // hears of the failure may free the buffer.
+  for (auto& t : p) t.poll = nullptr;
   for (auto& t : p) { pending_.fetch_sub(1); finish(t, reason); }
   for (;;) {
     lk.lock();

@@ -117,7 +117,10 @@ struct Task {
   bool unwoken = false;
   std::chrono::steady_clock::time_point queued_at{};
   std::function<void()> run;   // collective: runs to completion or throws
-  std::function<bool()> poll;  // p2p: makes some progress; true when finished; throws on failure
+  // p2p: makes some progress; true when finished; throws on failure. An op the engine fails
+  // unpolled (at shutdown) has its poll destroyed before its waiters hear: what the poll owns
+  // withdraws from the transport as it goes.
+  std::function<bool()> poll;
 };
 
 // Made with std::make_shared, so that its operations can name it (OpState::engine).

@@ -224,6 +224,37 @@ TEST(EngineCallbacks, OnShutdownAFailedReceivesCallbackWaitingOnALaterCollective
   EXPECT_EQ(engine->pending(), 0u);
 }
 
+// A receive in flight when its engine stops lets go of its poll (whose owner withdraws the
+// network transfer it posted: p2p_across_nodes.h) before its waiters and callbacks hear of the
+// failure, since they may free the buffer at once. The poll used to go only after every op was
+// failed and the queue drained.
+TEST(EngineCallbacks, OnShutdownAReceiveInFlightLetsGoOfItsPollBeforeItsCallbackRuns) {
+  auto engine = std::make_shared<engine::Engine>(false);
+  struct Owner {  // stands in for a transfer machine: its destruction is the withdrawal
+    explicit Owner(std::atomic<bool>* r) : released(r) {}
+    std::atomic<bool>* released;
+    ~Owner() { released->store(true); }
+  };
+  std::atomic<bool> polled{false}, released{false}, released_at_callback{false};
+  engine::Task r;
+  r.state = new_state(1, "recv");
+  r.p2p = true;
+  auto owner = std::make_shared<Owner>(&released);
+  r.poll = [owner, &polled] {
+    polled = true;
+    return false;  // its message never comes
+  };
+  owner.reset();  // the poll holds the only reference
+  auto state = r.state;
+  state->on_complete([&](std::exception_ptr) { released_at_callback = released.load(); });
+  (void)engine->submit(std::move(r));
+  while (!polled) std::this_thread::yield();
+  engine->shutdown(nullptr);
+  EXPECT_NE(wait_error(state).find("destroyed"), std::string::npos);
+  EXPECT_TRUE(released_at_callback) << "the callback ran while the receive's poll still held its transfer";
+  EXPECT_TRUE(released);
+}
+
 // A callback of engine A's collective runs B's collective on this thread (inline), whose
 // callback waits on A's work: this thread holds both, so A's nested work runs here too.
 TEST(EngineCallbacks, NestingAcrossTwoEnginesOnOneThreadRunsHere) {

@@ -69,7 +69,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t posted = chunk_field(chunk, nchunks);
   const bool last = chunk + 1 == nchunks;
   if ((posted & ~kLastChunkBit) != chunk || ((posted & kLastChunkBit) != 0) != last) std::abort();
-  if (posted == kTicketChunk || chunk_field(kMaxChunks - 1, kMaxChunks) == kTicketChunk) std::abort();
+  // (A receive ignores the last-chunk bit: not even so may a chunk's field match a ticket's.)
+  if ((posted | kLastChunkBit) == kTicketChunk || (chunk_field(kMaxChunks - 1, kMaxChunks) | kLastChunkBit) == kTicketChunk)
+    std::abort();
   // The chunk taken: as long as posted and as last, else refused naming what the sender sent
   // (the arrived tag's chunk field gives its last-chunk bit).
   const bool arrived_last = (tag & kLastChunkBit) != 0;

@@ -114,7 +114,7 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   m.prov_key = (info->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
   m.virt_addr = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
   m.max_msg = info->ep_attr->max_msg_size ? std::min(info->ep_attr->max_msg_size, kMaxChunk) : kMaxChunk;
-  if (config::is_set("SMDDP_OFI_MAX_MESSAGE")) {
+  if (!config::get_string("SMDDP_OFI_MAX_MESSAGE").empty()) {
     const int64_t want = config::get_int("SMDDP_OFI_MAX_MESSAGE");
     if (want < 4096)
       throw InvalidArgument("smddp: SMDDP_OFI_MAX_MESSAGE=" + config::get_string("SMDDP_OFI_MAX_MESSAGE") +

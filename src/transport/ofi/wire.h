@@ -56,7 +56,7 @@ inline std::string wire_settings_problem(const WireSettings& theirs, const WireS
            std::to_string(ours.max_msg) + " (SMDDP_OFI_MAX_MESSAGE must be equal on every rank)";
   if (theirs.rma_min != ours.rma_min)
     return "it sends collective messages by RMA write " + rma(theirs.rma_min) + ", this rank " + rma(ours.rma_min) +
-           " (SMDDP_OFI_RMA must be equal on every rank)";
+           " (SMDDP_OFI_RMA must be equal on every rank; a provider without RMA writes here sends none)";
   return {};
 }
 
