@@ -19,7 +19,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("create_backend", &smddp::torch_backend::ProcessGroupSmddp::create, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout"), py::arg("local_rank") = -1,
         "Creates the smddp c10d backend (called by torch.distributed); local_rank: the process's LOCAL_RANK, "
-        "which picks a subgroup's NIC (-1: the group's own topology decides).");
+        "which picks a subgroup's NIC (-1: the group's own topology decides).",
+        // The rendezvous waits for the slowest rank: without the GIL, as torch's own backends'
+        // constructors, so the process's other Python threads run meanwhile (a Python Store's
+        // calls take it back themselves).
+        py::call_guard<py::gil_scoped_release>());
   // The backend's own Python type (torch's functions receive it as a Backend, which it is): what
   // torch looks for on a backend that splits, beyond the C++ interface.
   py::class_<smddp::torch_backend::ProcessGroupSmddp, ::c10d::Backend,

@@ -135,6 +135,10 @@ TEST(OfiEndpoint, TransfersInsideARegisteredRegionReuseItsRegistration) {
 // posted: the messages they were numbered for are theirs, not its. It was posted beside them in
 // no particular order, and took the first of their messages it found queued.
 TEST(OfiEndpoint, AReceiveFromAnyRankWaitsForEarlierReceivesTheProviderRefused) {
+  // libfabric 2.x's rxm takes any number of receives (it refused none of 65 here with the
+  // setting at 16): the test has no way to fill its queue there.
+  if (ofi::runtime_version().rfind("1.", 0) != 0)
+    GTEST_SKIP() << "libfabric " << ofi::runtime_version() << "'s rxm refuses no receive past FI_OFI_RXM_RX_SIZE";
   RunOptions ro;
   ro.env = {{"FI_TCP_IFACE", "lo"}, {"SMDDP_OFI_PROVIDER", "tcp;ofi_rxm"}, {"FI_OFI_RXM_RX_SIZE", "16"}};
   auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {

@@ -12,7 +12,41 @@ import smddp  # noqa: F401  (registers the backend)
 from common import checker
 
 check, done = checker()
-dist.init_process_group(backend="smddp")
+
+
+def init_with_a_late_peer(late=2.0):
+    """init_process_group while the other ranks arrive `late` seconds late: the backend's
+    rendezvous waits for them without the GIL (as gloo's and NCCL's constructors do), so the
+    process's other Python threads (a heartbeat, a progress reporter) run meanwhile. It held it,
+    freezing every other thread of the process for as long as the slowest rank took."""
+    import os
+    import threading
+    if int(os.environ["RANK"]) != 0:
+        time.sleep(late)
+        dist.init_process_group(backend="smddp")
+        return
+    gaps, stop = [], threading.Event()
+
+    def tick():
+        last = time.monotonic()
+        while not stop.is_set():
+            time.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+    t = threading.Thread(target=tick)
+    t.start()
+    start = time.monotonic()
+    dist.init_process_group(backend="smddp")
+    took = time.monotonic() - start
+    stop.set()
+    t.join()
+    check("init waited for the late peer", took > late / 2, f"{took:.2f} s")
+    check("other threads run while init waits", max(gaps) < late / 3,
+          f"a thread waited {max(gaps):.2f} s for the GIL during a {took:.2f} s init_process_group")
+
+
+init_with_a_late_peer()
 rank, world = dist.get_rank(), dist.get_world_size()
 pg = dist.distributed_c10d._get_default_group()
 expect = world * (world + 1) / 2
