@@ -59,7 +59,7 @@ void allreduce_hier(Context& ctx, const CollArgs& a) {
     const auto r = patterns::chunk_at(a.count, slice, k);
     s.shards = contiguous_shards(r.begin, r.count, L);
     const auto shard = s.shards[static_cast<size_t>(ctx.rank())].pieces[0];
-    node_reduce_scatter(ctx, a.send, at(a.recv, shard.begin, es), s.shards, a.dtype, partial(a.op, true));
+    node_reduce_scatter(ctx, a.send, at(a.recv, shard.begin, es), s.shards, a.dtype, partial(a.op, true, a.dtype));
     s.parts.assign(static_cast<size_t>(N), {});
     for (int n = 0; n < N; ++n) {
       const auto b = patterns::block(shard.count, N, n);
@@ -71,8 +71,8 @@ void allreduce_hier(Context& ctx, const CollArgs& a) {
   auto stage_b_c = [&](size_t k) {  // reduce my sub-block, then post the peers' allgather
     SliceState& s = st[k % 3];
     Piece& mine = s.parts[static_cast<size_t>(me)];
-    finish_peer_reduce_scatter(ctx, s.rs, me, s.parts, s.scratch, mine.ptr, a.dtype, final_stage(a.op),
-                               topo.size);
+    finish_peer_reduce_scatter(ctx, s.rs, me, s.parts, s.scratch, mine.ptr, a.dtype, final_stage(a.op, a.dtype),
+                               final_divisor(a.op, a.dtype, topo.size, N));
     post_peer_allgather(s.ag, static_cast<uint32_t>(2 * k + 1), peers, me, s.parts, es);
   };
   auto stage_d = [&](size_t k) {  // wait for the allgather, then share the shards in the node

@@ -23,7 +23,7 @@ void allreduce_hier_small(Context& ctx, const CollArgs& a) {
   const int N = topo.num_nodes(), me = topo.node();
   const size_t es = dtype_size(a.dtype);
   CollArgs local = a;
-  local.op = partial(a.op, true);
+  local.op = partial(a.op, true, a.dtype);  // (an avg of halves: the node's mean, one_shot's)
   allreduce_one_shot(ctx, local);
   if (a.count == 0) return;
   // Node n's partial arrives in block n of scratch; block me is my own, in recv.
@@ -36,7 +36,8 @@ void allreduce_hier_small(Context& ctx, const CollArgs& a) {
   x.wait();
   std::vector<const void*> srcs(static_cast<size_t>(N));
   for (int n = 0; n < N; ++n) srcs[static_cast<size_t>(n)] = parts[static_cast<size_t>(n)].ptr;
-  ctx.dev.reduce({a.recv, srcs.data(), N, a.count, a.dtype, final_stage(a.op), topo.size});
+  ctx.dev.reduce({a.recv, srcs.data(), N, a.count, a.dtype, final_stage(a.op, a.dtype),
+                   final_divisor(a.op, a.dtype, topo.size, N)});
 }
 
 }  // namespace smddp::algorithms

@@ -19,9 +19,14 @@ struct Piece {
   size_t count = 0;  // elements
 };
 
-// The reduction for the last stage of a multi-stage reduction: avg divides there (by the world
-// size, passed as divisor), premul_sum already scaled its inputs in the first stage.
-inline Reduction final_stage(Reduction r) { return r.op == ReduceOp::avg ? r : partial(r, false); }
+// The reduction for the last stage of a multi-stage reduction: avg divides there (by
+// final_divisor), premul_sum already scaled its inputs in the first stage.
+inline Reduction final_stage(Reduction r, DataType t) { return r.op == ReduceOp::avg ? r : partial(r, false, t); }
+// What the last stage's avg divides by: the world size, or the number of nodes where the first
+// stage already averaged each node's ranks (averages_by_stage).
+inline int final_divisor(Reduction r, DataType t, int world, int nodes) {
+  return averages_by_stage(r, t) ? nodes : world;
+}
 
 // Reduce-scatter among the peers, posting half: parts[n] is my partial of node n's piece; it goes
 // to peers[n]. The other nodes' partials of my piece (parts[me].count each) land in scratch,

@@ -89,10 +89,22 @@ class NetExchange {
   std::vector<ofi::Endpoint::Handle> pending_;
 };
 
-// The reduction to use for a partial step of a multi-stage reduction: avg sums until the final
-// division; premul_sum scales only where the inputs enter (first stage), later stages sum.
-inline Reduction partial(Reduction r, bool first_stage) {
-  if (r.op == ReduceOp::avg) return ReduceOp::sum;
+// Whether a multi-stage avg on `t` averages at every stage (a node's partial is the mean of its
+// ranks', the last stage the mean of the nodes' means) instead of summing until one division by
+// the world size: on f16/bf16, whose partials are stored in the dtype, a node's sum overflows
+// where every mean fits (8 ranks' 10000 make 80000, past f16's 65504, and inf / 16 stays inf;
+// the flat algorithms, summing in float, gave 10000). The mean of the means is the mean only
+// where every node has as many ranks, as the hierarchical algorithms require. Integers keep the
+// one division (truncated once), and f32/f64 too (their partial sums stay far inside the range).
+inline bool averages_by_stage(Reduction r, DataType t) {
+  return r.op == ReduceOp::avg && (t == DataType::f16 || t == DataType::bf16);
+}
+
+// The reduction to use for a partial step of a multi-stage reduction on `t`: avg sums until the
+// final division (or averages the node's ranks first: averages_by_stage); premul_sum scales only
+// where the inputs enter (first stage), later stages sum.
+inline Reduction partial(Reduction r, bool first_stage, DataType t) {
+  if (r.op == ReduceOp::avg) return averages_by_stage(r, t) && first_stage ? r : Reduction(ReduceOp::sum);
   if (r.op == ReduceOp::premul_sum && !first_stage) return ReduceOp::sum;
   return r;
 }

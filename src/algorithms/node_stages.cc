@@ -48,7 +48,9 @@ void node_reduce_scatter(Context& ctx, const void* send, void* dst, const ShardM
     ctx.wait_all();
     if (off >= my_count) continue;
     for (int j = 0; j < L; ++j) srcs[static_cast<size_t>(j)] = at(ctx.shm.slot(j, p), static_cast<size_t>(me) * chunk, es);
-    ctx.dev.reduce({at(dst, off, es), srcs.data(), L, std::min(chunk, my_count - off), t, op, 1});
+    // (avg: the node's mean, where a multi-stage avg averages by stage: net_exchange.h)
+    ctx.dev.reduce({at(dst, off, es), srcs.data(), L, std::min(chunk, my_count - off), t, op,
+                    op.op == ReduceOp::avg ? L : 1});
   }
 }
 

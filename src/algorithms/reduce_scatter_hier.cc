@@ -50,7 +50,7 @@ void reduce_scatter_hier(Context& ctx, const CollArgs& a) {
     const size_t bytes = static_cast<size_t>(N) * s.range.count * es;
     s.partial = scratch_buffer(ctx, 2 * (k % 2), bytes);
     s.scratch = scratch_buffer(ctx, 2 * (k % 2) + 1, bytes);
-    node_reduce_scatter(ctx, a.send, s.partial, shards, a.dtype, partial(a.op, true));
+    node_reduce_scatter(ctx, a.send, s.partial, shards, a.dtype, partial(a.op, true, a.dtype));
     s.parts.assign(static_cast<size_t>(N), {});
     for (int n = 0; n < N; ++n)
       s.parts[static_cast<size_t>(n)] = {s.partial + static_cast<size_t>(n) * s.range.count * es, s.range.count};
@@ -59,7 +59,7 @@ void reduce_scatter_hier(Context& ctx, const CollArgs& a) {
   auto finish = [&](size_t k) {
     SliceState& s = st[k % 2];
     finish_peer_reduce_scatter(ctx, s.x, me, s.parts, s.scratch, at(a.recv, s.range.begin, es), a.dtype,
-                               final_stage(a.op), topo.size);
+                               final_stage(a.op, a.dtype), final_divisor(a.op, a.dtype, topo.size, N));
   };
   for (size_t k = 0; k < K + 1; ++k) {
     if (k < K) start(k);

@@ -457,6 +457,47 @@ TEST(CrossNodeLarge, EveryCollectiveAtALargeCount) {
   expect_identical_across_ranks(result);
 }
 
+// An average of halves across nodes whose node sums do not fit the dtype, though every mean does:
+// 40000 on each of 2 x 2 ranks (f16's largest is 65504). The hierarchical algorithms stored each
+// node's partial sum, 80000, in f16: inf, and inf / 4 stayed inf; net_direct (flat, in float)
+// gave 40000. Now a node's partial is its mean. bf16 too, and every algorithm gives the input
+// exactly (a mean of equal values); odd counts, so that slices and shards split unevenly.
+TEST(CrossNodeAverage, HalvesAverageWithoutOverflowingTheNodesPartials) {
+  std::unique_ptr<NetnsHosts> hosts;
+  RunOptions ro = cross_node_options(CrossNodeCase{2, 2, false}, hosts);
+  auto result = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    for (const CrossNodeSetup& setup : kCrossNodeSetups) {
+      Options o;
+      o.algorithms = setup.algorithms;
+      o.timeout = std::chrono::seconds(60);
+      Communicator c(store, rank, w, o);
+      for (DataType t : {DataType::f16, DataType::bf16}) {
+        const size_t n = setup.everything ? (size_t{1} << 16) + 3 : 1001, W = static_cast<size_t>(w);
+        std::vector<uint16_t> in(n * W), out(n * W, 0);
+        for (size_t i = 0; i < in.size(); ++i) reduce::store_element(in.data(), i, t, 40000.0);
+        const double want = reduce::load_element(in.data(), 0, t);  // 40000 as the dtype has it (bf16: 39936)
+        auto check = [&](const char* what, size_t count) {
+          for (size_t i = 0; i < count; ++i) {
+            const double v = reduce::load_element(out.data(), i, t);
+            if (v != want) {
+              rep.fail(std::string(setup.label) + " " + what + " " + to_string(t) + ": element " + std::to_string(i) +
+                       " is " + std::to_string(v) + ", not " + std::to_string(want));
+              return;
+            }
+          }
+        };
+        c.allreduce(in.data(), out.data(), n, t, ReduceOp::avg).wait();
+        check("allreduce", n);
+        if (!setup.everything) continue;
+        std::fill(out.begin(), out.end(), 0);
+        c.reduce_scatter(in.data(), out.data(), n, t, ReduceOp::avg).wait();
+        check("reduce_scatter", n);
+      }
+    }
+  }, ro);
+  ASSERT_TRUE(result.ok()) << result.summary();
+}
+
 // alltoall in place (send == recv) across nodes: every peer's block is sent from and received
 // into the same bytes, both posted before either completes, so a block could be overwritten by
 // the peer's data before its own send read it (found by review: with RMA the peer's write may
