@@ -166,12 +166,20 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     try {
       shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
                                           group_config(topo_.oversubscribed(), host_reads), options_.timeout, topo_.local_ranks());
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       // Ranks on other nodes wait for this one's address next: give them the reason.
       ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
       throw;
     }
-    net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, process_local_rank(), options_.timeout);
+    try {
+      net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, process_local_rank(), options_.timeout);
+    } catch (const std::exception& e) {
+      // The same where the endpoint failed before it published its address (no provider, a bad
+      // SMDDP_OFI_* value, a domain that would not open): every other rank waited for it until
+      // the timeout. After that, the record says why to those that have not read it yet.
+      ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
+      throw;
+    }
     pair_order_ = PairOrder(size);
     shm_->set_idle_hook([ep = net_.get()] { return ep->progress(); });
     // Scratch buffers are registered with the network once, when made (where the provider
@@ -227,8 +235,10 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
+  // Everywhere: ranks on other nodes waiting on this one's messages hear it from the store
+  // (over efa no connection closes to tell them).
   if (engine_ && engine_->pending() > 0 && !shm_->aborted())
-    shm_->abort("rank " + std::to_string(rank_) + " destroyed its communicator with work in flight");
+    abort_everywhere("rank " + std::to_string(rank_) + " destroyed its communicator with work in flight");
   engine_->shutdown(std::make_exception_ptr(AbortedError("smddp: the communicator was destroyed")));
   engine_.reset();
   shm_->depart();

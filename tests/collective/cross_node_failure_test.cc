@@ -136,6 +136,30 @@ TEST(CrossNodeFailure, ANodeWithoutSharedMemoryFailsEveryNodeAtOnce) {
   EXPECT_EQ(out, "ok");
 }
 
+// A rank whose libfabric endpoint fails before it has an address (here SMDDP_OFI_RAILS names no
+// interface of its host; no provider, a domain that does not open, alike) leaves its reason where
+// the other ranks wait for that address: each fails at once with it. They waited for their
+// setup timeout and said only that the rank never joined. Rank 0 too, whose failure comes before
+// the job's token.
+TEST(CrossNodeFailure, ARankWhoseEndpointFailsFailsEveryRankAtOnce) {
+  NetnsHosts hosts(2);
+  for (int bad : {2, 0}) {
+    RunOptions ro = hosts.place({0, 0, 1});
+    ro.rank_env[static_cast<size_t>(bad)].emplace_back("SMDDP_OFI_RAILS", "no-such-nic0");
+    auto res = run_ranks(3, [bad](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+      Options o;
+      o.timeout = 60s;
+      const auto t0 = std::chrono::steady_clock::now();
+      expect_throw<Error>(rep, "setup", [&] { Communicator c(store, rank, w, o); },
+                          rank == bad ? std::string("no-such-nic0")
+                                      : "rank " + std::to_string(bad) + " failed to set up");
+      const auto took = std::chrono::steady_clock::now() - t0;
+      if (took > 15s) rep.fail("the error took " + std::to_string(took / 1ms) + " ms, not moments");
+    }, ro);
+    ASSERT_TRUE(res.ok()) << "failing rank " << bad << ": " << res.summary();
+  }
+}
+
 // The job's ranks share one store server. A rank waiting on the network asks it whether another
 // node aborted at most 4 times a second; it asked every 20 ms (the 2 s wait below: about 100).
 TEST(CrossNodeFailure, AWaitOnTheNetworkAsksTheStoreOnlyNowAndThen) {
