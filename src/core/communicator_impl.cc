@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <optional>
 #include <cstring>
-#include <sstream>
 #include <thread>
 
 #include "algorithms/registry.h"
@@ -163,23 +162,23 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
 #ifdef SMDDP_HAVE_LIBFABRIC
     // Shared memory among this node's ranks (keys of their own), libfabric among all ranks.
     PrefixStore node_store("node" + std::to_string(topo_.node()) + "/", store_);
-    try {
+    // Ranks on other nodes wait for this one's address next: a failure before it (the node's
+    // memory; an endpoint without a provider, with a bad SMDDP_OFI_* value) gives them the reason.
+    auto or_tell_the_others = [&](auto make) {
+      try {
+        make();
+      } catch (const std::exception& e) {
+        ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
+        throw;
+      }
+    };
+    or_tell_the_others([&] {
       shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
                                           group_config(topo_.oversubscribed(), host_reads), options_.timeout, topo_.local_ranks());
-    } catch (const std::exception& e) {
-      // Ranks on other nodes wait for this one's address next: give them the reason.
-      ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
-      throw;
-    }
-    try {
+    });
+    or_tell_the_others([&] {
       net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, process_local_rank(), options_.timeout);
-    } catch (const std::exception& e) {
-      // The same where the endpoint failed before it published its address (no provider, a bad
-      // SMDDP_OFI_* value, a domain that would not open): every other rank waited for it until
-      // the timeout. After that, the record says why to those that have not read it yet.
-      ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
-      throw;
-    }
+    });
     pair_order_ = PairOrder(size);
     shm_->set_idle_hook([ep = net_.get()] { return ep->progress(); });
     // Scratch buffers are registered with the network once, when made (where the provider
@@ -246,57 +245,7 @@ CommunicatorImpl::~CommunicatorImpl() {
 
 bool CommunicatorImpl::forked_away() const { return forked_since(fork_generation_); }
 
-void CommunicatorImpl::check_process(const char* op) const {
-  if (!forked_away()) return;
-  throw InvalidArgument(prefix() + op + ": this communicator was made in process " + std::to_string(creator_pid_) +
-                        ", and process " + std::to_string(::getpid()) +
-                        " is a child forked from it (a DataLoader worker, multiprocessing's fork start method): only "
-                        "the process that made a communicator can use it");
-}
-
 std::string CommunicatorImpl::prefix() const { return "smddp: rank " + std::to_string(rank_) + ": "; }
-
-void CommunicatorImpl::check_rank(int r, const char* what, const char* op) const {
-  if (r < 0 || r >= size_)
-    throw InvalidArgument(prefix() + op + ": " + what + " " + std::to_string(r) + " is outside [0, " +
-                          std::to_string(size_) + ")");
-}
-
-void CommunicatorImpl::check_buffer(const void* p, size_t count, const char* what, const char* op) const {
-  if (count > 0 && p == nullptr)
-    throw InvalidArgument(prefix() + op + ": " + what + " buffer is null for " + std::to_string(count) + " elements");
-}
-
-void CommunicatorImpl::check_overlap(const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
-                                     uintptr_t in_place_send, const char* op) const {
-  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
-  if (!send || !recv || send_bytes == 0 || recv_bytes == 0 || s == in_place_send) return;
-  if (s < r + recv_bytes && r < s + send_bytes) {
-    auto range = [](uintptr_t p, size_t n) {
-      std::ostringstream os;
-      os << "[0x" << std::hex << p << ", +" << std::dec << n << " bytes)";
-      return os.str();
-    };
-    const std::string want = in_place_send == r ? "the same address as recv"
-                             : in_place_send > r ? "recv + " + std::to_string(in_place_send - r) + " bytes"
-                                                 : "recv - " + std::to_string(r - in_place_send) + " bytes";
-    throw InvalidArgument(prefix() + op + ": send " + range(s, send_bytes) + " and recv " + range(r, recv_bytes) +
-                          " overlap, but not as the in-place form does (send at " + want + ")");
-  }
-}
-
-void CommunicatorImpl::check_dtype(DataType t, const char* op) const {
-  if (static_cast<int>(t) >= kNumDataTypes)
-    throw InvalidArgument(prefix() + op + ": invalid dtype " + std::to_string(static_cast<int>(t)));
-}
-
-void CommunicatorImpl::check_count(size_t count, size_t blocks, DataType t, const char* op) const {
-  size_t bytes = 0;
-  if (__builtin_mul_overflow(count, blocks, &bytes) || __builtin_mul_overflow(bytes, dtype_size(t), &bytes) ||
-      bytes > (size_t{1} << 62))
-    throw InvalidArgument(prefix() + op + ": count " + std::to_string(count) + " x " + std::to_string(blocks) +
-                          " elements of " + to_string(t) + " overflows the addressable size");
-}
 
 OpInfo CommunicatorImpl::make_op(const char* name, int peer) {
   OpInfo op;
