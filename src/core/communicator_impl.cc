@@ -167,6 +167,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     auto or_tell_the_others = [&](auto make) {
       try {
         make();
+      } catch (const ofi::PeerSetupFailure&) {  // another's reason, published by it
+        throw;
       } catch (const std::exception& e) {
         ofi::Endpoint::publish_setup_failure(*store_, rank, e.what());
         throw;

@@ -21,8 +21,8 @@ std::vector<uint8_t> setup_record(Store& store, const std::string& key, int rank
                                   std::chrono::milliseconds timeout) {
   std::vector<uint8_t> v = store.get(key, timeout);
   if (auto why = failure_in(v))
-    throw SystemError("smddp: rank " + std::to_string(rank) + ": rank " + std::to_string(from) +
-                      " failed to set up: " + *why);
+    throw PeerSetupFailure("smddp: rank " + std::to_string(rank) + ": rank " + std::to_string(from) +
+                           " failed to set up: " + *why);
   return v;
 }
 
@@ -178,10 +178,17 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
                         << " tag bits)";
 }
 
-void Endpoint::publish_setup_failure(Store& store, int rank, const std::string& why) {
-  const std::vector<uint8_t> v = failure_record(why);
-  if (rank == 0) store.set(kJobTokenKey, v);
-  store.set("ofi/addr/" + std::to_string(rank), v);
+void Endpoint::publish_setup_failure(Store& store, int rank, const std::string& why) noexcept {
+  const std::string key = "ofi/addr/" + std::to_string(rank);
+  try {
+    // Past its address the rank failed on a peer's record or setting, which every rank finds
+    // for itself: overwriting the address would name this rank as the one that failed.
+    if (store.check(key)) return;
+    const std::vector<uint8_t> v = failure_record(why);
+    if (rank == 0) store.set(kJobTokenKey, v);
+    store.set(key, v);
+  } catch (...) {  // the store itself failed: the caller's own error is the one to report
+  }
 }
 
 Endpoint::~Endpoint() = default;

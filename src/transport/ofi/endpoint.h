@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/op_info.h"
+#include "smddp/errors.h"
 #include "smddp/store.h"
 
 namespace smddp::ofi {
@@ -28,16 +29,25 @@ std::string runtime_version();
 // Providers offering FI_EP_RDM + FI_TAGGED here, in libfabric's order (for smddp.info, logs).
 std::vector<std::string> rdm_providers();
 
+// A peer's record in the Store said it failed to set up (Endpoint::publish_setup_failure): its
+// reason, which this rank passes on but does not publish as its own.
+class PeerSetupFailure : public SystemError {
+ public:
+  using SystemError::SystemError;
+};
+
 class Endpoint {
  public:
   // Collective over all ranks: opens the provider on this rank's rail (rails.h: the domain its
   // local rank picks), publishes the endpoint's address under "ofi/addr/<rank>", and inserts
   // every rank's address into the address vector.
   Endpoint(Store& store, int rank, int size, int local_rank, std::chrono::milliseconds timeout);
-  // For a rank that failed before making its endpoint (its node's shared memory, say): leaves
-  // `why` where the other ranks' constructors wait for this rank (its address; the job token
-  // for rank 0), so that they fail at once with it instead of at the timeout.
-  static void publish_setup_failure(Store& store, int rank, const std::string& why);
+  // For a rank that failed before its endpoint published its address (its node's shared memory,
+  // no provider, a bad setting): leaves `why` where the other ranks' constructors wait for this
+  // rank (its address; the job token for rank 0), so that they fail at once with it instead of at
+  // the timeout. Nothing once the address is out (the failure was then a peer's or a disagreement
+  // every rank finds), nor where the store fails.
+  static void publish_setup_failure(Store& store, int rank, const std::string& why) noexcept;
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
