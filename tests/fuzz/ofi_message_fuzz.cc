@@ -43,8 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (sender < 0 || sender >= (1 << kRankBits)) std::abort();
   if ((make_tag(sender, 0, 0) | (tag & ~kSenderBits)) != tag) std::abort();  // the field, and only it
   const auto caller_tag = static_cast<uint32_t>(tag >> kChunkBits);
-  const size_t chunk_field = tag & kTicketChunk;
-  if (make_tag(sender, caller_tag, chunk_field) != tag) std::abort();
+  const size_t arrived_field = tag & kTicketChunk;
+  if (make_tag(sender, caller_tag, arrived_field) != tag) std::abort();
 
   // Point to point: the number and the fold occupy their own bits of a tag whose bit 31 (the
   // collectives') is clear; the number is the receive's (mod 2^15), whatever the tag.
