@@ -16,6 +16,9 @@ namespace smddp::ofi {
 
 namespace {
 
+// Where a rank's address record (or the reason it has none) is in the Store.
+std::string address_key(int rank) { return "ofi/addr/" + std::to_string(rank); }
+
 // A record another rank publishes at setup, or the reason it failed to.
 std::vector<uint8_t> setup_record(Store& store, const std::string& key, int rank, int from,
                                   std::chrono::milliseconds timeout) {
@@ -154,10 +157,10 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   const WireSettings settings{m.max_msg, m.rma_min};
   std::vector<uint8_t> record = name;
   append_wire_settings(record, settings);
-  store.set("ofi/addr/" + std::to_string(rank), record);
+  store.set(address_key(rank), record);
   m.addrs.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
-    std::vector<uint8_t> peer = setup_record(store, "ofi/addr/" + std::to_string(r), rank, r, timeout);
+    std::vector<uint8_t> peer = setup_record(store, address_key(r), rank, r, timeout);
     if (auto problem = address_record_problem(peer.size(), record.size()); !problem.empty())
       throw SystemError("smddp: rank " + std::to_string(rank) + " cannot reach rank " + std::to_string(r) +
                         " over libfabric: " + problem);
@@ -179,7 +182,7 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
 }
 
 void Endpoint::publish_setup_failure(Store& store, int rank, const std::string& why) noexcept {
-  const std::string key = "ofi/addr/" + std::to_string(rank);
+  const std::string key = address_key(rank);
   try {
     // Past its address the rank failed on a peer's record or setting, which every rank finds
     // for itself: overwriting the address would name this rank as the one that failed.
