@@ -107,6 +107,12 @@ shm::GroupConfig group_config(bool oversubscribed, bool let_peers_read) {
 namespace {
 // The engine's sleep while every op it polls waits on the network (none on one node, or
 // without libfabric): until the endpoint's completion queue has news.
+void wake_network_sleeper([[maybe_unused]] ofi::Endpoint* ep) {
+#ifdef SMDDP_HAVE_LIBFABRIC
+  if (ep) ep->wake_sleeper();
+#endif
+}
+
 engine::P2pSleep network_sleep([[maybe_unused]] ofi::Endpoint* ep) {
 #ifdef SMDDP_HAVE_LIBFABRIC
   if (ep)
@@ -229,7 +235,12 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                          g->sleep_on_fifos(ready, timeout);
                        },
                        [g = shm_.get()] { g->wake_fifo_sleeper(); }},
-      network_sleep(net_.get()));
+      network_sleep(net_.get()), [g = shm_.get(), ep = net_.get()] {
+        // A send or receive submitted while the engine thread runs a collective: the
+        // collective's waits start it (Engine::poll_p2p_beside), so wake them where they sleep.
+        g->wake_waiters();
+        wake_network_sleeper(ep);
+      });
   SMDDP_LOG(INFO, rank) << "communicator '" << options_.name << "' ready: rank " << rank << " of " << size
                         << ", transport shm, reduce kernels " << reduce::isa() << ", host copies "
                         << device::host_copy_kind();
@@ -406,25 +417,30 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     }
     return published;
   };
-  // Sends and receives in flight beside this collective (on the engine thread: Engine::loop)
-  // are polled from its waits: their peer may need them before it joins this collective. The
-  // node's waits call them with the network's progress, and keep polling (no long sleeps) while
-  // any remain; so do the waits on the network (Context::beside).
-  const bool beside = engine_->p2p_beside_collective();
+  // Sends and receives in flight beside this collective (on the engine thread: Engine::loop),
+  // and those submitted while it runs, are polled from its waits: their peer may need them
+  // before it joins this collective. The node's waits call them with the network's progress,
+  // and keep polling (no long sleeps) while any remain; inside a node only while any do (the
+  // gate), the node's own waits otherwise. So do the waits on the network (Context::beside).
+  const bool beside = engine_->runs_collective_here();
   const std::function<bool()> poll_beside = [this] { return engine_->poll_p2p_beside(); };
   struct IdleHookRestored {  // the hook it replaces (across nodes: the network's progress)
     shm::Group& g;
-    std::function<bool()> hook;
-    ~IdleHookRestored() { g.set_idle_hook(std::move(hook)); }
+    std::function<bool()> hook, gate;
+    ~IdleHookRestored() { g.set_idle_hook(std::move(hook), std::move(gate)); }
   };
   std::optional<IdleHookRestored> restore;
   if (beside) {
-    restore.emplace(IdleHookRestored{*shm_, shm_->idle_hook()});
-    shm_->set_idle_hook([this, &node_idle = restore->hook] {
-      const bool net = node_idle && node_idle();
-      const bool p2p = engine_->poll_p2p_beside();
-      return net || p2p;
-    });
+    restore.emplace(IdleHookRestored{*shm_, shm_->idle_hook(), shm_->idle_hook_gate()});
+    if (restore->hook) {
+      shm_->set_idle_hook([this, &node_idle = restore->hook] {
+        const bool net = node_idle();
+        const bool p2p = engine_->poll_p2p_beside();
+        return net || p2p;
+      });
+    } else {
+      shm_->set_idle_hook(poll_beside, [this] { return engine_->p2p_beside_pending(); });
+    }
   }
   try {
     const bool empty = args.kind != CollKind::barrier && args.uniform && args.count == 0;

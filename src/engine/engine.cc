@@ -82,11 +82,13 @@ void OpState::on_complete(std::function<void(std::exception_ptr)> cb) {
 
 namespace smddp::engine {
 
-Engine::Engine(bool allow_inline, Doze doze, P2pSleep fifo_sleep, P2pSleep net_sleep)
+Engine::Engine(bool allow_inline, Doze doze, P2pSleep fifo_sleep, P2pSleep net_sleep,
+               std::function<void()> wake_collective)
     : allow_inline_(allow_inline),
       doze_(doze),
       fifo_sleep_(std::move(fifo_sleep)),
       net_sleep_(std::move(net_sleep)),
+      wake_collective_(std::move(wake_collective)),
       thread_([this] { loop(); }) {}
 
 Engine::~Engine() { shutdown(nullptr); }
@@ -152,6 +154,10 @@ void Engine::run_and_finish(Task& t) {
 void Engine::run_nested_through(const detail::OpState* op) {
   if (!held_by_this_thread()) return;
   for (;;) {
+    // Inside a collective on the engine thread, sends and receives queued since start beside it
+    // (poll_p2p_beside), also those queued ahead of `op`: take them off the queue first.
+    if (beside_on_this_thread() == this && !polling_beside_ && p2p_queued_beside_.load(std::memory_order_acquire))
+      take_queued_p2p();
     std::unique_lock<std::mutex> lk(mu_);
     // Done already (an inner nested frame ran it), or not queued: nothing more to run for it.
     if (queue_.empty() || queue_.front().state->seq > op->seq) return;
@@ -202,12 +208,17 @@ std::optional<Task> Engine::submit(Task task) {
     task.unwoken = !wake;
     task.queued_at = last_queued_;
   }
+  // A send or receive submitted while the engine thread runs a collective starts from that
+  // collective's waits: its peer may take part in the collective only after it.
+  const bool knock = task.p2p && collective_on_thread_;
+  if (knock) p2p_queued_beside_.store(true, std::memory_order_release);
   queue_.push_back(std::move(task));
   submitted_.fetch_add(1, std::memory_order_release);
   const P2pSleep* wake_p2p_sleep = p2p_sleeping_on_;
   lk.unlock();
   if (wake) cv_.notify_all();
   if (wake_p2p_sleep) wake_p2p_sleep->wake();
+  if (knock && wake_collective_) wake_collective_();
   return std::nullopt;
 }
 
@@ -233,6 +244,9 @@ bool Engine::run_here(const detail::OpState* op) {
   std::unique_lock<std::mutex> lk(mu_);
   if (stop_ || busy_ || queue_.empty() || p2p_running_ != 0) return false;
   if (queue_.front().p2p || queue_.front().state.get() != op) return false;
+  // Sends or receives queued behind it start from its waits, which only the engine thread's
+  // run polls: it runs there (the caller's wait expedites it).
+  if (std::any_of(queue_.begin(), queue_.end(), [](const Task& t) { return t.p2p; })) return false;
   Task t = std::move(queue_.front());
   queue_.pop_front();
   busy_ = true;
@@ -277,18 +291,26 @@ void Engine::loop() {
       // in flight: their peer may send or receive only after this very collective (a pipeline
       // stage's pending irecv, then an allreduce of the same group), as gloo and NCCL allow.
       // They are polled once now (what they post moves on the network meanwhile) and then from
-      // inside the collective's waits (poll_p2p_beside), on this thread. Those issued after it
-      // start after it, in issue order.
+      // inside the collective's waits (poll_p2p_beside), on this thread. So are those queued
+      // behind it, and those submitted while it runs: an async_op allreduce, then a send to a
+      // peer that receives before its allreduce, would otherwise wait for each other until the
+      // timeout (gloo and NCCL start the send at once). Per peer they still start in issue order.
       beside_ = std::move(active_p2p_);
       active_p2p_.clear();
+      collective_on_thread_ = true;
+      if (std::any_of(queue_.begin(), queue_.end(), [](const Task& q) { return q.p2p; }))
+        p2p_queued_beside_.store(true, std::memory_order_release);
       lk.unlock();
       {
-        BesideOnThisThread mark(beside_.empty() ? nullptr : this);
+        BesideOnThisThread mark(this);
         poll_p2p_beside();
         run_and_finish(t);
       }
       lk.lock();
       busy_ = false;
+      collective_on_thread_ = false;
+      // Those its waits never took (it did not wait after they came) start as usual from here.
+      p2p_queued_beside_.store(false, std::memory_order_relaxed);
       for (auto& x : beside_) active_p2p_.push_back(std::move(x));
       beside_.clear();
       continue;
@@ -371,11 +393,34 @@ bool Engine::poll_p2p(std::vector<Task>& ops) {
   return finished;
 }
 
-bool Engine::p2p_beside_collective() const { return beside_on_this_thread() == this && !beside_.empty(); }
+bool Engine::runs_collective_here() const { return beside_on_this_thread() == this; }
+
+bool Engine::p2p_beside_pending() const {
+  return beside_on_this_thread() == this &&
+         (!beside_.empty() || p2p_queued_beside_.load(std::memory_order_acquire));
+}
+
+void Engine::take_queued_p2p() {
+  std::lock_guard<std::mutex> g(mu_);
+  p2p_queued_beside_.store(false, std::memory_order_relaxed);
+  if (stop_) return;  // the shutdown fails them, in issue order with the rest of the queue
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!it->p2p) {
+      ++it;
+      continue;
+    }
+    beside_.push_back(std::move(*it));
+    ++p2p_running_;
+    it = queue_.erase(it);
+  }
+}
 
 bool Engine::poll_p2p_beside() {
-  if (beside_on_this_thread() != this || beside_.empty()) return false;
+  if (beside_on_this_thread() != this) return false;
   if (polling_beside_) return true;  // from a callback of an op it completes: that poll goes on
+  // (beside_ is being walked then: what was queued meanwhile joins at the next poll.)
+  if (p2p_queued_beside_.load(std::memory_order_acquire)) take_queued_p2p();
+  if (beside_.empty()) return false;
   polling_beside_ = true;
   try {
     poll_p2p(beside_);  // catches what the polls throw: each op fails on its own

@@ -4,7 +4,10 @@
 // consecutive send/recv operations progresses together (batch_isend_irecv's pattern, where two
 // ranks send to each other before receiving). A collective does not wait for them: it runs on
 // the engine thread beside those in flight, and its waits poll them (poll_p2p_beside), since a
-// peer may send or receive only after that collective (gloo and NCCL allow that). When polling
+// peer may send or receive only after that collective (gloo and NCCL allow that). Nor do the
+// sends and receives issued after it, while it runs or is queued, wait for it: they start from
+// its waits too (a peer may receive only before its own share of that collective: an async_op
+// allreduce, then a send). When polling
 // finds nothing to do for a while, the thread sleeps
 // until the node's shared memory rings (P2pSleep) where every pending op moves through it, or
 // until the network's completion queue has news where every one waits on the network, and polls
@@ -128,7 +131,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
  public:
   // `fifo_sleep`, `net_sleep`: the sleeps of ops announced by the node's FIFOs and by the
   // network (either may be empty: such ops are polled).
-  explicit Engine(bool allow_inline, Doze doze = {}, P2pSleep fifo_sleep = {}, P2pSleep net_sleep = {});
+  // `wake_collective`: wakes the waits of a collective running on the engine thread (a sleep on
+  // the node's doorbell or on the network) when a send or receive is submitted meanwhile, for
+  // those waits to start it (poll_p2p_beside); may be empty (they find it at their next poll).
+  explicit Engine(bool allow_inline, Doze doze = {}, P2pSleep fifo_sleep = {}, P2pSleep net_sleep = {},
+                  std::function<void()> wake_collective = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -169,12 +176,17 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // For tests and diagnostics: whether the thread dozes now, and how many timed sleeps it took.
   bool dozing() const;
   size_t doze_ticks() const;
-  // Whether this thread is the engine's, running a collective while sends or receives are in
-  // flight beside it: the collective's waits must then poll them (poll_p2p_beside).
-  bool p2p_beside_collective() const;
-  // From inside such a collective's waits: polls those ops once, completing the ones that
-  // finished; true while any remain. False, doing nothing, on any other thread or when none are
-  // in flight.
+  // Whether this thread is the engine's, running a collective: sends and receives in flight, or
+  // submitted while it runs, progress only from its waits, which must then poll them
+  // (poll_p2p_beside) while p2p_beside_pending().
+  bool runs_collective_here() const;
+  // On that thread: whether sends or receives are in flight beside the collective, or queued to
+  // start beside it. Cheap (the waits of a collective with none ask it at every poll).
+  bool p2p_beside_pending() const;
+  // From inside such a collective's waits: starts the sends and receives queued since (in issue
+  // order, also those queued behind later collectives), polls those in flight once, completing
+  // the ones that finished; true while any remain. False, doing nothing, on any other thread or
+  // when none are in flight or queued.
   bool poll_p2p_beside();
   // Operations submitted but not finished.
   size_t pending() const;
@@ -209,12 +221,15 @@ class Engine : public std::enable_shared_from_this<Engine> {
   };
   // Runs a collective on this thread and completes it (its callbacks run here too).
   void run_and_finish(Task& t);
+  // Moves the point-to-point ops queued into beside_ (the engine thread, running a collective).
+  void take_queued_p2p();
   // Nothing runs or waits to: no collective, no queued task, no point-to-point op in flight.
   bool idle_locked() const;
 
   const bool allow_inline_;
   const Doze doze_;
   const P2pSleep fifo_sleep_, net_sleep_;
+  const std::function<void()> wake_collective_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
@@ -222,6 +237,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // The engine thread's: the p2p ops in flight while it runs a collective (polled from its waits).
   std::vector<Task> beside_;
   bool polling_beside_ = false;
+  bool collective_on_thread_ = false;  // the engine thread runs a collective (guarded by mu_)
+  // Point-to-point ops were queued while it does (or before it started, behind it): its waits
+  // take them into beside_. Set under mu_; read unlocked by those waits.
+  std::atomic<bool> p2p_queued_beside_{false};
   size_t p2p_running_ = 0;        // p2p ops taken off the queue, not yet completed: what other
                                   // threads must check, since active_p2p_ is empty mid-poll
   bool busy_ = false;             // a collective is running (engine thread or a caller's)

@@ -13,52 +13,13 @@
 #include <string>
 #include <thread>
 
+#include "collective/engine_tasks.h"
 #include "engine/engine.h"
 #include "smddp/communicator.h"
 #include "smddp/errors.h"
 
 namespace smddp::testing {
 namespace {
-
-std::shared_ptr<detail::OpState> new_state(uint64_t seq, const char* name) {
-  auto s = std::make_shared<detail::OpState>();
-  s->seq = seq;
-  s->name = name;
-  s->rank = 0;
-  return s;
-}
-
-engine::Task collective(uint64_t seq, std::function<void()> run = [] {}) {
-  engine::Task t;
-  t.state = new_state(seq, "allreduce");
-  t.run = std::move(run);
-  return t;
-}
-
-// A receive that finishes once `arrived` is set.
-engine::Task receive(uint64_t seq, std::shared_ptr<std::atomic<bool>> arrived) {
-  engine::Task t;
-  t.state = new_state(seq, "recv");
-  t.p2p = true;
-  t.poll = [arrived] { return arrived->load(); };
-  return t;
-}
-
-// Runs `t` the way an engine with or without inline execution would: claimed and run here, or
-// by the engine thread.
-void submit_and_run(engine::Engine& e, engine::Task t) {
-  if (auto claimed = e.submit(std::move(t))) e.run_claimed(std::move(*claimed));
-}
-
-// Waits for `s`, returning the Error's message ("" if it succeeded).
-std::string wait_error(const std::shared_ptr<detail::OpState>& s) {
-  try {
-    Work(s).wait();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(EngineCallbacks, OneThatThrowsFailsTheWaitersAndTheRestStillRun) {
   for (bool inline_on : {false, true}) {

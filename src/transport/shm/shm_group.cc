@@ -574,7 +574,7 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
     // at readiness again.
     if (aborted() && !ready()) throw_if_aborted(op);
     auto now = Clock::now();
-    if (idle_) {
+    if (idle_ && (!idle_only_while_ || idle_only_while_())) {
       // Across nodes the wait drives the network (idle_), which no doorbell announces: poll.
       // Yield for the first couple of milliseconds, then sleep, backing off to 200 us. A rank
       // with no transfer in flight has nothing for the network to announce to it; what its

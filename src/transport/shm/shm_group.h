@@ -86,8 +86,17 @@ class Group {
   // this rank still has transfers in flight; with none, a wait that has lasted 10 ms sleeps on
   // the doorbell between calls, for longer and longer (wait()). Also, for the length of one
   // collective, what polls the sends and receives in flight beside it (CommunicatorImpl).
-  void set_idle_hook(std::function<bool()> f) { idle_ = std::move(f); }
+  // `only_while`, when set, gates the hook: while it returns false the wait is the node's own, as
+  // without a hook (inside a node: sends and receives that may come while the collective runs).
+  void set_idle_hook(std::function<bool()> f, std::function<bool()> only_while = {}) {
+    idle_ = std::move(f);
+    idle_only_while_ = std::move(only_while);
+  }
   const std::function<bool()>& idle_hook() const { return idle_; }
+  const std::function<bool()>& idle_hook_gate() const { return idle_only_while_; }
+  // Wakes this node's ranks that sleep in a wait (a spurious wake-up for those with nothing new):
+  // for a wait whose idle hook has work that no node-mate announces (a send submitted meanwhile).
+  void wake_waiters() { ring(/*always=*/true); }
 
   // Publishes the deadline of the collective this rank begins: a node-mate whose wait for this
   // rank times out first waits until then (plus the time to report), so the error names what
@@ -218,6 +227,7 @@ class Group {
   uint64_t pidns_ = 0;
   bool departed_ = false;
   std::function<bool()> idle_;
+  std::function<bool()> idle_only_while_;
   std::vector<const void*> fifo_owner_;  // [outgoing * size_ + peer]: the op moving a message
   // [dst]: this rank reserved the ring of its FIFO to dst (fifo_push); touched, like
   // fifo_owner_, only by the thread moving point-to-point messages.
