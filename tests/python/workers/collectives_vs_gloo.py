@@ -328,6 +328,20 @@ if world > 1:
               and torch.equal(stage, torch.arange(300_000, dtype=torch.float32)), str(x))
     elif rank == 1:
         dist.send(torch.arange(300_000, dtype=torch.float32), dst=0, tag=9)
+    # The other way round: an async_op allreduce, then a send whose peer receives before its own
+    # allreduce. The send used to wait for the allreduce, which waited for the peer: all hung.
+    y = torch.full((4,), float(rank + 1))
+    if rank == 0:
+        work = dist.all_reduce(y, async_op=True)
+        dist.send(torch.arange(300_000, dtype=torch.float32) * 2, dst=1, tag=11)
+        work.wait()
+    else:
+        if rank == 1:
+            back = torch.empty(300_000)
+            dist.recv(back, src=0, tag=11)
+            check("a send after an async_op allreduce", torch.equal(back, torch.arange(300_000, dtype=torch.float32) * 2))
+        dist.all_reduce(y)
+    check("the allreduce before that send", torch.equal(y, torch.full((4,), float(world * (world + 1) // 2))), str(y))
     if rank == 0:  # receive from any source (across pretend nodes too when SMDDP_TEST_NODES is set)
         got = set()
         for _ in range(world - 1):
