@@ -5,6 +5,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "engine/engine.h"
@@ -38,9 +39,17 @@ inline engine::Task receive(uint64_t seq, std::shared_ptr<std::atomic<bool>> arr
 }
 
 // Runs `t` the way an engine with or without inline execution would: claimed and run here, or
-// by the engine thread.
+// by the engine thread, waited for here until it ended (callbacks included) without taking it:
+// a Work::wait would run a collective still queued on this thread (run_here), so which thread
+// ran it would be a race, and what a callback may wait on differs between the two.
 inline void submit_and_run(engine::Engine& e, engine::Task t) {
-  if (auto claimed = e.submit(std::move(t))) e.run_claimed(std::move(*claimed));
+  auto state = t.state;
+  if (auto claimed = e.submit(std::move(t))) {
+    e.run_claimed(std::move(*claimed));
+    return;
+  }
+  std::unique_lock<std::mutex> lk(state->mu);
+  state->cv.wait(lk, [&] { return state->done.load(std::memory_order_acquire); });
 }
 
 // Waits for `s`, returning the Error's message ("" if it succeeded).
