@@ -142,16 +142,24 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": Options::local_rank " +
                           std::to_string(*options_.local_rank) + " is negative");
   store_ = std::make_shared<PrefixStore>(next_store_prefix(*store, options_.name, rank), std::move(store));
-  algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
-  device::host_copy_kind();     // and a bad SMDDP_HOST_COPY
-  algorithms::host_window_mode();  // and SMDDP_HOST_WINDOW
-  reduce::isa();                   // and SMDDP_REDUCE_ISA
-  config::get_int("SMDDP_CUDA_SMS");  // and the CUDA device's, read when a CUDA tensor first comes
-  config::get_bool("SMDDP_CUDA_VECTOR_REDUCE");
-  overrides_ = algorithms::parse_overrides(options_.algorithms);
-  std::vector<const algorithms::Algorithm*> all_overrides = overrides_;
-  for (const algorithms::Algorithm* a : algorithms::env_overrides()) all_overrides.push_back(a);
-  const bool host_reads = algorithms::host_reads_possible(algorithms::host_window_mode(), all_overrides);
+  bool host_reads = false;
+  try {
+    algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
+    device::host_copy_kind();     // and a bad SMDDP_HOST_COPY
+    algorithms::host_window_mode();  // and SMDDP_HOST_WINDOW
+    reduce::isa();                   // and SMDDP_REDUCE_ISA
+    config::get_int("SMDDP_CUDA_SMS");  // and the CUDA device's, read when a CUDA tensor first comes
+    config::get_bool("SMDDP_CUDA_VECTOR_REDUCE");
+    overrides_ = algorithms::parse_overrides(options_.algorithms);
+    std::vector<const algorithms::Algorithm*> all_overrides = overrides_;
+    for (const algorithms::Algorithm* a : algorithms::env_overrides()) all_overrides.push_back(a);
+    host_reads = algorithms::host_reads_possible(algorithms::host_window_mode(), all_overrides);
+  } catch (const std::exception& e) {
+    // Set on this rank alone (its environment, its Options): the others would wait for its
+    // topology record until their timeout, then say it never joined. Tell them why.
+    topology::publish_setup_failure(*store_, rank, e.what());
+    throw;
+  }
   topo_ = topology::discover(*store_, rank, size, options_.timeout);
   multi_node_ = topo_.num_nodes() > 1;
   // Host copies of CUDA buffers (host_staging.h, p2p_staging.h): page-locked where CUDA is, so

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/config.h"
+#include "core/failure_record.h"
 #include "smddp/errors.h"
 
 namespace smddp::topology {
@@ -147,10 +148,18 @@ std::string Topology::describe() const {
   return os.str();
 }
 
+namespace {
+std::string record_key(int rank) { return "topo/node/" + std::to_string(rank); }
+}  // namespace
+
+void publish_setup_failure(Store& store, int rank, const std::string& why) {
+  store.set(record_key(rank), failure_record(why));
+}
+
 Topology discover(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
   // "<boot id> <cpu ranges> <node key>": the node key last, since SMDDP_NODE_ID may hold spaces.
   const std::string mine = boot_id() + " " + cpu_ranges(own_cpus()) + " " + local_node_key();
-  store.set("topo/node/" + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+  store.set(record_key(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   Topology t;
   t.rank = rank;
   t.size = size;
@@ -160,7 +169,7 @@ Topology discover(Store& store, int rank, int size, std::chrono::milliseconds ti
   // Every rank's record within one timeout, not one per rank; the ranks that never wrote theirs
   // are named (a store's own timeout names a key, and torch's store raises its own error).
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back("topo/node/" + std::to_string(r));
+  for (int r = 0; r < size; ++r) keys.push_back(record_key(r));
   try {
     store.wait(keys, timeout);
   } catch (const std::exception&) {
@@ -178,6 +187,9 @@ Topology discover(Store& store, int rank, int size, std::chrono::milliseconds ti
   }
   for (int r = 0; r < size; ++r) {
     auto v = store.get(keys[static_cast<size_t>(r)], timeout);
+    if (auto why = failure_in(v))
+      throw SystemError("smddp: rank " + std::to_string(rank) + ": rank " + std::to_string(r) +
+                        " failed to set up: " + *why);
     const std::string record(v.begin(), v.end());
     const size_t a = record.find(' '), b = a == std::string::npos ? a : record.find(' ', a + 1);
     if (b == std::string::npos)

@@ -56,7 +56,13 @@ std::string local_node_key();
 std::string cpu_ranges(const std::vector<int>& cpus);
 std::vector<int> parse_cpu_ranges(const std::string& text);
 
-// Collective over all ranks of the store's group.
+// Collective over all ranks of the store's group. A rank that published a failure instead of
+// its record (publish_setup_failure) fails every other rank's discover with its reason.
 Topology discover(Store& store, int rank, int size, std::chrono::milliseconds timeout);
+
+// For a rank that fails before discover (a setting it refuses): publishes `why` where the
+// others wait for its record, so that they fail at once with it, not time out saying it did not
+// join.
+void publish_setup_failure(Store& store, int rank, const std::string& why);
 
 }  // namespace smddp::topology

@@ -123,21 +123,49 @@ TEST(Failure, TinyStagingPieceIsRejectedAtConstruction) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// A store that holds back the node's segment name from its rank (the get of "shm/name" waits)
+// until a process, whose pid another rank set under "test/pid", is gone: that rank attaches only
+// after it. Gone means reaped (the harness reaps its ranks as they end), or 20 s.
+class NameAfterDeathStore : public Store {
+ public:
+  explicit NameAfterDeathStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { inner_->set(key, value); }
+  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    if (key.size() >= 8 && key.compare(key.size() - 8, 8, "shm/name") == 0) {
+      const auto v = inner_->get("test/pid", timeout);
+      const pid_t pid = std::stoi(std::string(v.begin(), v.end()));
+      for (int i = 0; i < 2000 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(10ms);
+    }
+    return inner_->get(key, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override { inner_->wait(keys, timeout); }
+  bool check(const std::string& key) override { return inner_->check(key); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+};
+
 // Local rank 0 unlinks the node's segment once every node-mate has mapped it. Killed before that
 // (torchrun's SIGTERM when a node-mate fails at start-up), it leaves the name in /dev/shm, and
 // every elastic restart added one more: the next creator in this pid namespace unlinks it.
 TEST(Failure, ASegmentLeftByAKilledCreatorIsUnlinkedByTheNextCreator) {
-  // Rank 1 opens the segment but never attaches (its layout differs: an error on its side), so
-  // rank 0 waits for it until it is killed.
+  // Rank 1 gets the segment's name only once rank 0 is dead, so rank 0 waits for it until it is
+  // killed. (Rank 1's layout differs then, so that it fails at once on the orphan segment.)
   RunOptions ro;
-  ro.rank_env = {{{"SMDDP_SHM_CHUNK", "256k"}}, {{"SMDDP_SHM_CHUNK", "512k"}}};
+  ro.rank_env = {{{"SMDDP_SHM_CHUNK", "256k"}}, {{"SMDDP_SHM_CHUNK", "128k"}}};
   auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report&) {
-    if (rank == 0)
+    if (rank == 0) {
+      const std::string pid = std::to_string(::getpid());
+      store->set("test/pid", std::vector<uint8_t>(pid.begin(), pid.end()));
       std::thread([] {  // killed once its segment exists (up to 15 s: a loaded machine, qemu)
         for (int i = 0; i < 1500 && shm_leftovers({::getpid()}).empty(); ++i) std::this_thread::sleep_for(10ms);
         std::this_thread::sleep_for(100ms);
         ::kill(::getpid(), SIGKILL);
       }).detach();
+    } else {
+      store = std::make_shared<NameAfterDeathStore>(store);
+    }
     Options o;
     o.timeout = 20s;
     try {
@@ -159,6 +187,38 @@ TEST(Failure, ASegmentLeftByAKilledCreatorIsUnlinkedByTheNextCreator) {
   ASSERT_TRUE(res.ok()) << res.summary();
   EXPECT_NE(::access(left.c_str(), F_OK), 0) << left << " is still there";
   ::unlink(left.c_str());
+}
+
+// A node-mate that cannot map the node's segment (here: its SMDDP_SHM_CHUNK differs) fails
+// local rank 0 at once with its reason: rank 0 waited for it to attach until its timeout, then
+// said only that it never attached.
+TEST(Failure, ANodeMateThatCannotMapTheSegmentFailsRankZeroAtOnceWithItsReason) {
+  RunOptions ro;
+  ro.rank_env = {{{"SMDDP_SHM_CHUNK", "256k"}}, {{"SMDDP_SHM_CHUNK", "256k"}}, {{"SMDDP_SHM_CHUNK", "128k"}}};
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = 20s;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (rank == 2) {
+      expect_throw<InvalidArgument>(rep, "another layout", [&] { Communicator c(store, rank, w, o); },
+                                    "rank 2: shared-memory layout differs from rank 0's");
+    } else if (rank == 0) {
+      expect_throw<SystemError>(rep, "a node-mate's other layout", [&] { Communicator c(store, rank, w, o); },
+                                "rank 0: rank 2 could not join the node's shared memory: rank 2: shared-memory "
+                                "layout differs from rank 0's");
+    } else {
+      try {  // attached; the others' failures reach it as they may (not this test's concern)
+        Communicator c(store, rank, w, o);
+      } catch (const Error&) {
+      }
+      return;
+    }
+    const auto took = std::chrono::steady_clock::now() - t0;
+    if (took > 10s)
+      rep.fail("it took " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
+               " ms, as long as a timeout");
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
 }
 
 // A child forked from a rank (a torch DataLoader worker) shares its shared memory but not its
@@ -281,6 +341,31 @@ TEST(Failure, MalformedCudaSettingIsRejectedAtConstruction) {
   auto res = run_ranks(1, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     expect_throw<InvalidArgument>(rep, "SMDDP_CUDA_SMS=eight", [&] { Communicator c(store, rank, w, Options{}); },
                                   "SMDDP_CUDA_SMS='eight' is not an integer");
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+// A setting that one rank alone refuses (its own environment) fails the others at once with its
+// reason. They waited in discover for its topology record until their timeout, then said it
+// "did not join (made no communicator of this name from the same store)", which it had.
+TEST(Failure, ASettingOneRankRefusesFailsTheOthersAtOnceWithItsReason) {
+  RunOptions ro;
+  ro.rank_env = {{}, {{"SMDDP_REDUCE_ISA", "avx"}}, {}};
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = std::chrono::seconds(20);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (rank == 1) {
+      expect_throw<InvalidArgument>(rep, "bad SMDDP_REDUCE_ISA", [&] { Communicator c(store, rank, w, o); },
+                                    "SMDDP_REDUCE_ISA is 'avx'");
+      return;
+    }
+    expect_throw<SystemError>(rep, "a peer's bad SMDDP_REDUCE_ISA", [&] { Communicator c(store, rank, w, o); },
+                              "rank " + std::to_string(rank) + ": rank 1 failed to set up: SMDDP_REDUCE_ISA is 'avx'");
+    const auto took = std::chrono::steady_clock::now() - t0;
+    if (took > std::chrono::seconds(10))
+      rep.fail("it took " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
+               " ms, as long as a timeout");
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
 }

@@ -2,7 +2,8 @@
 // built from (any bytes, any number of ranks and nodes), a peer's libfabric address, and the
 // libfabric job token. A rank of
 // another version, or a corrupted Store, must give a topology that describes and pairs without a
-// crash, or an InvalidArgument naming the record; never anything else.
+// crash, or an InvalidArgument naming the record (a SystemError naming the rank for a record
+// that says its rank failed to set up); never anything else.
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -61,6 +62,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const smddp::InvalidArgument& e) {
     // A record without its "<kernel> <cpus> " head (another version's): named, not guessed at.
     if (std::string(e.what()).find("topology record is malformed") == std::string::npos) std::abort();
+    return 0;
+  } catch (const smddp::SystemError& e) {
+    // A record that says its rank failed (failure_record.h): that rank named with its reason.
+    if (std::string(e.what()).find(" failed to set up: ") == std::string::npos) std::abort();
     return 0;
   }
   if (t.kernel_ranks < 1 || t.kernel_cpus < 1) std::abort();

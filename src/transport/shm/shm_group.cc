@@ -1,6 +1,5 @@
 #include "transport/shm/shm_group.h"
 
-#include <dirent.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -16,8 +15,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <random>
-#include <sstream>
 #include <thread>
 
 #include "core/cpu_relax.h"
@@ -94,39 +91,6 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-std::string random_token() {
-  std::random_device rd;
-  std::ostringstream os;
-  os << std::hex << rd() << rd() << rd();
-  return os.str();
-}
-
-// A segment's name: its creator's pid and pid namespace, and a random token.
-std::string segment_name(uint64_t pidns) {
-  return "/smddp-" + std::to_string(::getpid()) + "-" + std::to_string(pidns) + "-" + random_token();
-}
-
-// Local rank 0 unlinks the node's segment once every node-mate has mapped it; killed before that
-// (SIGKILL, or torchrun's SIGTERM when a node-mate failed at start-up) it leaves the name behind,
-// and every elastic restart would add one until /dev/shm is full. So a creator first unlinks the
-// segments of dead creators in its own pid namespace (a pid of another namespace that shares this
-// /dev/shm, a container of the same pod, cannot be looked up from here); a pid reused since is
-// taken as alive and its segment left. Dead means no such process (ESRCH), not process_dead's
-// zombie test: a /proc of another pid namespace (unshare -p without its own /proc) would name
-// some other process there.
-void unlink_orphaned_segments(uint64_t pidns) {
-  DIR* dir = ::opendir("/dev/shm");
-  if (!dir) return;
-  while (const dirent* e = ::readdir(dir)) {
-    int pid = 0, end = 0;
-    unsigned long long ns = 0;
-    if (std::sscanf(e->d_name, "smddp-%d-%llu-%*[0-9a-f]%n", &pid, &ns, &end) == 2 && end > 0 &&
-        e->d_name[end] == '\0' && ns == pidns && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH)
-      ::shm_unlink(("/" + std::string(e->d_name)).c_str());
-  }
-  ::closedir(dir);
-}
-
 // The fix a NoRoomError's message ends with.
 const std::string kMoreRoom =
     "give /dev/shm more room (docker run --shm-size=1g; on Kubernetes an emptyDir of medium Memory at /dev/shm)";
@@ -143,6 +107,9 @@ std::string other_groups_note(int self) {
   return " (this process already belongs to " + std::to_string(n) + " other communicator" + (n == 1 ? "" : "s") +
          " on this node, each with shared memory of its own there: every process group and subgroup has one)";
 }
+
+// Where a node-mate that cannot map the node's segment says why, for rank 0 waiting on it.
+std::string attach_failure_key(int rank) { return "shm/attach_failed/" + std::to_string(rank); }
 
 std::string ranks_str(const std::vector<int>& v) {
   std::string s = "[";
@@ -225,7 +192,7 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
   auto deadline = Clock::now() + timeout;
   if (rank == 0) {
     if (pidns_ != 0) unlink_orphaned_segments(pidns_);
-    const std::string name = segment_name(pidns_);
+    const std::string name = new_segment_name(pidns_);
     try {
       // Everything but the rings of the point-to-point FIFOs, which most jobs never use: a
       // sender reserves its ring before its first push (fifo_push), and a receiver reads a ring
@@ -258,11 +225,18 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
     if (auto why = failure_in(v))
       throw SystemError("smddp: rank " + std::to_string(global(rank)) + ": rank " + std::to_string(global(0)) +
                         " could not make the node's shared memory: " + *why);
-    seg_ = Segment::open(std::string(v.begin(), v.end()), total);
-    if (header()->magic != kMagic || header()->size != static_cast<uint32_t>(size) ||
-        header()->slot_bytes != cfg_.slot_bytes || header()->fifo_bytes != cfg_.fifo_bytes)
-      throw InvalidArgument("smddp: rank " + std::to_string(rank) +
-                            ": shared-memory layout differs from rank 0's (SMDDP_SHM_* settings must agree)");
+    try {
+      seg_ = Segment::open(std::string(v.begin(), v.end()), total);
+      if (header()->magic != kMagic || header()->size != static_cast<uint32_t>(size) ||
+          header()->slot_bytes != cfg_.slot_bytes || header()->fifo_bytes != cfg_.fifo_bytes)
+        throw InvalidArgument("smddp: rank " + std::to_string(global(rank)) +
+                              ": shared-memory layout differs from rank " + std::to_string(global(0)) +
+                              "'s (SMDDP_SHM_* settings must agree)");
+    } catch (const std::exception& e) {
+      // Rank 0 waits for this rank to attach: tell it why it never will (else it times out).
+      store.set(attach_failure_key(rank), failure_record(e.what()));
+      throw;
+    }
   }
   // Let the other ranks (same user) read our memory with process_vm_readv where Yama restricts
   // ptrace to descendants; the single-copy algorithms need it. No-op without Yama.
@@ -274,7 +248,15 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
 
   if (rank == 0) {
     // Unlink as soon as everyone has the mapping: from here on no exit can leak the segment.
-    while (header()->attached.load(std::memory_order_acquire) < static_cast<uint32_t>(size)) {
+    for (int polls = 1; header()->attached.load(std::memory_order_acquire) < static_cast<uint32_t>(size); ++polls) {
+      // Every 10 ms: a node-mate that could not map the segment said why (above).
+      for (int r = 1; polls % 100 == 0 && r < size; ++r) {
+        if (ctl(r)->pid.load() != 0 || !store.check(attach_failure_key(r))) continue;
+        const auto why = failure_in(store.get(attach_failure_key(r), timeout));
+        seg_.unlink();
+        throw SystemError("smddp: rank " + std::to_string(global(0)) + ": rank " + std::to_string(global(r)) +
+                          " could not join the node's shared memory: " + why.value_or("(no reason given)"));
+      }
       if (Clock::now() > deadline) {
         std::vector<int> missing;
         for (int r = 0; r < size; ++r)

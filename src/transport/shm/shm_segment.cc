@@ -1,20 +1,58 @@
 #include "transport/shm/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <random>
+#include <sstream>
 #include <utility>
 
 #include "smddp/errors.h"
 
 namespace smddp::shm {
+
+static std::string random_token() {
+  std::random_device rd;
+  std::ostringstream os;
+  os << std::hex << rd() << rd() << rd();
+  return os.str();
+}
+
+// A segment's name: its creator's pid and pid namespace, and a random token.
+std::string new_segment_name(uint64_t pidns) {
+  return "/smddp-" + std::to_string(::getpid()) + "-" + std::to_string(pidns) + "-" + random_token();
+}
+
+// Local rank 0 unlinks the node's segment once every node-mate has mapped it; killed before that
+// (SIGKILL, or torchrun's SIGTERM when a node-mate failed at start-up) it leaves the name behind,
+// and every elastic restart would add one until /dev/shm is full. So a creator first unlinks the
+// segments of dead creators in its own pid namespace (a pid of another namespace that shares this
+// /dev/shm, a container of the same pod, cannot be looked up from here); a pid reused since is
+// taken as alive and its segment left. Dead means no such process (ESRCH), not process_dead's
+// zombie test: a /proc of another pid namespace (unshare -p without its own /proc) would name
+// some other process there.
+void unlink_orphaned_segments(uint64_t pidns) {
+  DIR* dir = ::opendir("/dev/shm");
+  if (!dir) return;
+  while (const dirent* e = ::readdir(dir)) {
+    int pid = 0, end = 0;
+    unsigned long long ns = 0;
+    if (std::sscanf(e->d_name, "smddp-%d-%llu-%*[0-9a-f]%n", &pid, &ns, &end) == 2 && end > 0 &&
+        e->d_name[end] == '\0' && ns == pidns && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH)
+      ::shm_unlink((std::string(1, '/') += e->d_name).c_str());  // not "/" + ...: g++ 12's false -Wrestrict
+  }
+  ::closedir(dir);
+}
 
 // "N bytes free of M" for /dev/shm, where glibc's shm_open puts segments.
 static std::string shm_space() {

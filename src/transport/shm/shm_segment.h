@@ -16,6 +16,11 @@ class NoRoomError : public SystemError {
   using SystemError::SystemError;
 };
 
+// A new segment's name: its creator's pid and pid namespace (pid_namespace_id), and a random token.
+std::string new_segment_name(uint64_t pidns);
+// Unlinks the segments named so by dead creators of pid namespace `pidns` (see the .cc).
+void unlink_orphaned_segments(uint64_t pidns);
+
 class Segment {
  public:
   Segment() = default;
