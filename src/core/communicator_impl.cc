@@ -46,9 +46,10 @@ constexpr size_t kMinStagingPiece = size_t{64} << 10;  // SMDDP_CUDA_STAGING_PIE
 // ranks of a group make theirs in the same order, so the counts agree and a reused store never
 // hands out a stale key. What it assumes: groups made from one store have names of their own
 // (the counter is per name and group rank, so two disjoint groups of one name share counters),
-// and the ranks' counts stay in step (a rank whose construction failed, or that made one more
-// than its peers under the name, is a generation apart from them afterwards: a store for each
-// attempt, as torchelastic gives, keeps them apart).
+// and the ranks' counts stay in step. Every construction given a store and a rank in range
+// counts, one that fails too (a setting one rank refuses fails them all, and a retry finds them
+// level); a rank that made one more than its peers under the name is a generation apart from
+// them afterwards (a store for each attempt, as torchelastic gives, keeps them apart).
 std::string next_store_prefix(Store& store, const std::string& name, int rank) {
   const int64_t generation = store.add("smddp/" + name + "/made_by/" + std::to_string(rank), 1) - 1;
   return "smddp/" + name + "/" + std::to_string(generation) + "/";
@@ -131,19 +132,23 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       rank_(rank),
       size_(size),
       options_(std::move(options)),
-      consistency_(config::get_bool("SMDDP_CHECK_CONSISTENCY")),
-      staging_piece_(staging_piece_setting()) {
+      consistency_(false),
+      staging_piece_(0) {
   if (!store) throw InvalidArgument("smddp: Communicator needs a store (got null)");
   if (size < 1) throw InvalidArgument("smddp: communicator size must be >= 1 (got " + std::to_string(size) + ")");
   if (rank < 0 || rank >= size)
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
-  if (options_.timeout.count() <= 0) throw InvalidArgument("smddp: timeout must be positive");
-  if (options_.local_rank && *options_.local_rank < 0)
-    throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": Options::local_rank " +
-                          std::to_string(*options_.local_rank) + " is negative");
+  // Counted before anything of this rank's own can fail, so that a failed attempt counts on every
+  // rank and the next one finds its peers at the same generation.
   store_ = std::make_shared<PrefixStore>(next_store_prefix(*store, options_.name, rank), std::move(store));
   bool host_reads = false;
   try {
+    if (options_.timeout.count() <= 0) throw InvalidArgument("smddp: timeout must be positive");
+    if (options_.local_rank && *options_.local_rank < 0)
+      throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": Options::local_rank " +
+                            std::to_string(*options_.local_rank) + " is negative");
+    consistency_ = config::get_bool("SMDDP_CHECK_CONSISTENCY");
+    staging_piece_ = staging_piece_setting();
     algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
     device::host_copy_kind();     // and a bad SMDDP_HOST_COPY
     algorithms::host_window_mode();  // and SMDDP_HOST_WINDOW

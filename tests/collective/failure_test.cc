@@ -370,6 +370,36 @@ TEST(Failure, ASettingOneRankRefusesFailsTheOthersAtOnceWithItsReason) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// A construction one rank refuses (here its Options::local_rank) still counts on that rank, as
+// it does on the others, so a retry on the same store finds every rank at the same generation.
+// Before, the check came before the count: the others waited their whole timeout, and the
+// retry waited again, the refusing rank a generation behind them.
+TEST(Failure, AConstructionOneRankRefusesLeavesTheRanksLevelForARetry) {
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    Options o;
+    o.timeout = std::chrono::seconds(20);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (rank == 1) {
+      Options bad = o;
+      bad.local_rank = -1;
+      expect_throw<InvalidArgument>(rep, "a negative local_rank", [&] { Communicator c(store, rank, w, bad); },
+                                    "rank 1: Options::local_rank -1 is negative");
+    } else {
+      expect_throw<SystemError>(rep, "a peer's negative local_rank", [&] { Communicator c(store, rank, w, o); },
+                                "rank " + std::to_string(rank) + ": rank 1 failed to set up: rank 1: Options::local_rank -1 is negative");
+    }
+    Communicator c(store, rank, w, o);
+    int32_t v = rank + 1, sum = 0;
+    c.allreduce(&v, &sum, 1, DataType::i32, ReduceOp::sum);
+    if (sum != 6) rep.fail("the retry's allreduce gave " + std::to_string(sum) + ", not 6");
+    const auto took = std::chrono::steady_clock::now() - t0;
+    if (took > std::chrono::seconds(10))
+      rep.fail("it took " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
+               " ms, as long as a timeout");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 #ifndef SMDDP_HAVE_LIBFABRIC
 // A build without libfabric (SMDDP_WITH_LIBFABRIC=OFF, or no libfabric-dev) runs within one node
 // and says so, on every rank, when the ranks span nodes.
