@@ -249,7 +249,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                        },
                        [g = shm_.get()] { g->wake_fifo_sleeper(); }},
       network_sleep(net_.get()), [g = shm_.get(), ep = net_.get()] {
-        // A send or receive submitted while the engine thread runs a collective: the
+        // A send or receive submitted while a collective runs (on any thread): the
         // collective's waits start it (Engine::poll_p2p_beside), so wake them where they sleep.
         g->wake_waiters();
         wake_network_sleeper(ep);
@@ -430,8 +430,9 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     }
     return published;
   };
-  // Sends and receives in flight beside this collective (on the engine thread: Engine::loop),
-  // and those submitted while it runs, are polled from its waits: their peer may need them
+  // Sends and receives in flight beside this collective (on the engine thread: Engine::loop; none
+  // on a caller's, which runs only on an idle engine), and those submitted while it runs (from
+  // another thread, on a caller's), are polled from its waits: their peer may need them
   // before it joins this collective. The node's waits call them with the network's progress,
   // and keep polling (no long sleeps) while any remain; inside a node only while any do (the
   // gate), the node's own waits otherwise. So do the waits on the network (Context::beside).

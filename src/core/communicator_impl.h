@@ -153,8 +153,9 @@ class CommunicatorImpl {
     ~CudaSide();
   };
   // Used by run_collective and by the point-to-point operations on CUDA memory as the engine
-  // polls them, never at once: a collective runs beside send/recv ops only on the engine thread,
-  // which polls them from inside its waits (Engine::poll_p2p_beside), between its own copies.
+  // polls them, never at once: the thread that runs a collective polls the send/recv ops beside
+  // it from inside its waits (Engine::poll_p2p_beside), between its own copies, and the engine
+  // thread takes no others while it runs.
   std::map<int, CudaSide> cuda_;
   std::mutex submit_mu_;  // issue order = sequence order
   uint64_t seq_ = 0;

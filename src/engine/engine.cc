@@ -208,9 +208,9 @@ std::optional<Task> Engine::submit(Task task) {
     task.unwoken = !wake;
     task.queued_at = last_queued_;
   }
-  // A send or receive submitted while the engine thread runs a collective starts from that
-  // collective's waits: its peer may take part in the collective only after it.
-  const bool knock = task.p2p && collective_on_thread_;
+  // A send or receive submitted while a collective runs (on the engine thread or a caller's)
+  // starts from that collective's waits: its peer may take part in the collective only after it.
+  const bool knock = task.p2p && busy_;
   if (knock) p2p_queued_beside_.store(true, std::memory_order_release);
   queue_.push_back(std::move(task));
   submitted_.fetch_add(1, std::memory_order_release);
@@ -244,9 +244,9 @@ bool Engine::run_here(const detail::OpState* op) {
   std::unique_lock<std::mutex> lk(mu_);
   if (stop_ || busy_ || queue_.empty() || p2p_running_ != 0) return false;
   if (queue_.front().p2p || queue_.front().state.get() != op) return false;
-  // Sends or receives queued behind it start from its waits, which only the engine thread's
-  // run polls: it runs there (the caller's wait expedites it).
-  if (std::any_of(queue_.begin(), queue_.end(), [](const Task& t) { return t.p2p; })) return false;
+  // Sends or receives queued behind it start from its waits, here as on the engine thread.
+  if (std::any_of(queue_.begin(), queue_.end(), [](const Task& t) { return t.p2p; }))
+    p2p_queued_beside_.store(true, std::memory_order_release);
   Task t = std::move(queue_.front());
   queue_.pop_front();
   busy_ = true;
@@ -258,13 +258,41 @@ bool Engine::run_here(const detail::OpState* op) {
 
 void Engine::run_claimed(Task t) {
   // Completed (callbacks run) before the next collective may start, as on the engine thread.
-  run_and_finish(t);
+  // Sends and receives that another thread submits meanwhile start from its waits, as beside a
+  // collective on the engine thread (which sleeps while this one runs): their peer may send or
+  // receive only before its own share of this collective.
+  {
+    BesideOnThisThread mark(this);
+    run_and_finish(t);
+  }
   std::unique_lock<std::mutex> lk(mu_);
+  p2p_queued_beside_.store(false, std::memory_order_relaxed);
+  if (stop_ && !beside_.empty()) {
+    // The engine thread is gone or going, and fails only what it holds: fail these here, before
+    // the shutdown (waiting for busy_) may destroy the transports their polls withdraw from.
+    std::vector<Task> unfinished = std::move(beside_);
+    beside_.clear();
+    p2p_running_ -= unfinished.size();
+    const std::exception_ptr reason = stop_reason_;
+    lk.unlock();
+    {
+      Holding h(this);
+      for (auto& x : unfinished) x.poll = nullptr;
+      for (auto& x : unfinished) {
+        pending_.fetch_sub(1);
+        finish(x, reason);
+      }
+    }
+    lk.lock();
+  }
+  // Those still in flight go on from the engine thread's loop.
+  for (auto& x : beside_) active_p2p_.push_back(std::move(x));
+  beside_.clear();
   busy_ = false;
-  // Wake the engine thread only when it has something to do (work queued meanwhile) or a
-  // shutdown waits for this collective: waking it for nothing cost two futex calls per inline
-  // collective, and the mutex it then took was contended by the next call.
-  const bool wake = !queue_.empty() || stop_;
+  // Wake the engine thread only when it has something to do (work queued or handed over
+  // meanwhile) or a shutdown waits for this collective: waking it for nothing cost two futex
+  // calls per inline collective, and the mutex it then took was contended by the next call.
+  const bool wake = !queue_.empty() || !active_p2p_.empty() || stop_;
   lk.unlock();
   if (wake) cv_.notify_all();
 }
@@ -297,7 +325,6 @@ void Engine::loop() {
       // timeout (gloo and NCCL start the send at once). Per peer they still start in issue order.
       beside_ = std::move(active_p2p_);
       active_p2p_.clear();
-      collective_on_thread_ = true;
       if (std::any_of(queue_.begin(), queue_.end(), [](const Task& q) { return q.p2p; }))
         p2p_queued_beside_.store(true, std::memory_order_release);
       lk.unlock();
@@ -308,7 +335,6 @@ void Engine::loop() {
       }
       lk.lock();
       busy_ = false;
-      collective_on_thread_ = false;
       // Those its waits never took (it did not wait after they came) start as usual from here.
       p2p_queued_beside_.store(false, std::memory_order_relaxed);
       for (auto& x : beside_) active_p2p_.push_back(std::move(x));
@@ -476,7 +502,7 @@ size_t Engine::doze_ticks() const {
 void Engine::idle_wait(std::unique_lock<std::mutex>& lk) {
   using Clock = std::chrono::steady_clock;
   for (;;) {
-    if (stop_) return;
+    if (stop_ || !active_p2p_.empty()) return;  // (handed over by a caller's collective: run_claimed)
     auto sleep = doze_.tick;
     if (!queue_.empty() && !busy_) {
       const Task& next = queue_.front();

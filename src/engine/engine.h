@@ -14,7 +14,8 @@
 // every 50 us otherwise (CUDA copies, ops of both kinds). When the engine is idle, a collective may run on the caller's
 // thread instead (SMDDP_INLINE, or an InlineScope on that thread), and a caller that waits for a
 // collective still first in line runs it itself (run_here): no thread hand-off, so small
-// collectives have low latency. Either way one collective runs at a time (busy_).
+// collectives have low latency. Either way one collective runs at a time (busy_), and the sends
+// and receives submitted while it runs start from its waits, on whichever thread runs it.
 //
 // Dozing: for a while after work was queued, the idle engine thread sleeps with a timeout (a
 // tick) instead of until woken. While it dozes, a newly queued collective does not wake it, and
@@ -131,7 +132,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
  public:
   // `fifo_sleep`, `net_sleep`: the sleeps of ops announced by the node's FIFOs and by the
   // network (either may be empty: such ops are polled).
-  // `wake_collective`: wakes the waits of a collective running on the engine thread (a sleep on
+  // `wake_collective`: wakes the waits of a running collective (a sleep on
   // the node's doorbell or on the network) when a send or receive is submitted meanwhile, for
   // those waits to start it (poll_p2p_beside); may be empty (they find it at their next poll).
   explicit Engine(bool allow_inline, Doze doze = {}, P2pSleep fifo_sleep = {}, P2pSleep net_sleep = {},
@@ -176,9 +177,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // For tests and diagnostics: whether the thread dozes now, and how many timed sleeps it took.
   bool dozing() const;
   size_t doze_ticks() const;
-  // Whether this thread is the engine's, running a collective: sends and receives in flight, or
-  // submitted while it runs, progress only from its waits, which must then poll them
-  // (poll_p2p_beside) while p2p_beside_pending().
+  // Whether this thread runs a collective of this engine (the engine thread, or a caller's:
+  // inline, run_here): sends and receives in flight, or submitted while it runs, progress only
+  // from its waits, which must then poll them (poll_p2p_beside) while p2p_beside_pending().
   bool runs_collective_here() const;
   // On that thread: whether sends or receives are in flight beside the collective, or queued to
   // start beside it. Cheap (the waits of a collective with none ask it at every poll).
@@ -221,7 +222,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   };
   // Runs a collective on this thread and completes it (its callbacks run here too).
   void run_and_finish(Task& t);
-  // Moves the point-to-point ops queued into beside_ (the engine thread, running a collective).
+  // Moves the point-to-point ops queued into beside_ (on the thread running a collective).
   void take_queued_p2p();
   // Nothing runs or waits to: no collective, no queued task, no point-to-point op in flight.
   bool idle_locked() const;
@@ -234,10 +235,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   std::vector<Task> active_p2p_;  // the engine thread's; empty while it polls them unlocked
-  // The engine thread's: the p2p ops in flight while it runs a collective (polled from its waits).
+  // The p2p ops in flight while a collective runs, polled from its waits: the engine thread's,
+  // or the caller's that runs one (run_claimed), which hands those left to the engine thread.
   std::vector<Task> beside_;
   bool polling_beside_ = false;
-  bool collective_on_thread_ = false;  // the engine thread runs a collective (guarded by mu_)
   // Point-to-point ops were queued while it does (or before it started, behind it): its waits
   // take them into beside_. Set under mu_; read unlocked by those waits.
   std::atomic<bool> p2p_queued_beside_{false};

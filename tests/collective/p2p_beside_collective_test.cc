@@ -8,12 +8,22 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective/harness.h"
 
 namespace smddp::testing {
 namespace {
+
+// The message the sender wrote, an iota from `first`: the first element that differs fails `rep`.
+void check_message(Report& rep, const std::string& what, const std::vector<int32_t>& msg, int first) {
+  for (size_t i = 0; i < msg.size(); ++i)
+    if (msg[i] != static_cast<int32_t>(first + i)) {
+      rep.fail(what + "element " + std::to_string(i) + " is " + std::to_string(msg[i]));
+      return;
+    }
+}
 
 // A collective issued while this rank's send or receive is still in flight runs beside it, as
 // with gloo and NCCL: it used to wait for the p2p op to finish, which waits for a peer that sends
@@ -60,12 +70,7 @@ void collective_beside_pending_p2p(int world, const RunOptions& ro, size_t large
         }
         const auto took = std::chrono::steady_clock::now() - t0;
         if (x != w * (w + 1) / 2) rep.fail(what + "the allreduce gave " + std::to_string(x));
-        if (rank < 2 && !sender)
-          for (size_t i = 0; i < n; ++i)
-            if (msg[i] != static_cast<int32_t>(5 + pattern + i)) {
-              rep.fail(what + "element " + std::to_string(i) + " is " + std::to_string(msg[i]));
-              break;
-            }
+        if (rank < 2 && !sender) check_message(rep, what, msg, 5 + pattern);
         if (rank == 0 && pattern > 0 && n == large && within.count() > 0 && took > within)
           rep.fail(what + "took " +
                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
@@ -124,12 +129,7 @@ void p2p_after_unwaited_collectives(int world, RunOptions ro, size_t large, std:
         const auto took = std::chrono::steady_clock::now() - t0;
         for (int i = 0; i < collectives; ++i)
           if (x[i] != w * (w + 1) / 2) rep.fail(what + "allreduce " + std::to_string(i) + " gave " + std::to_string(x[i]));
-        if (rank < 2 && !sender)
-          for (size_t i = 0; i < n; ++i)
-            if (msg[i] != static_cast<int32_t>(7 + pattern + i)) {
-              rep.fail(what + "element " + std::to_string(i) + " is " + std::to_string(msg[i]));
-              break;
-            }
+        if (rank < 2 && !sender) check_message(rep, what, msg, 7 + pattern);
         if (rank == 0 && within.count() > 0 && took > within)
           rep.fail(what + "took " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
                    " ms, more than " + std::to_string(within.count()));
@@ -142,6 +142,74 @@ void p2p_after_unwaited_collectives(int world, RunOptions ro, size_t large, std:
 TEST(P2P, ASendOrReceiveIssuedAfterUnwaitedCollectivesDoesNotWaitForThem) {
   p2p_after_unwaited_collectives(2, {}, size_t{3} << 20, std::chrono::milliseconds(2500));
   p2p_after_unwaited_collectives(3, {}, size_t{3} << 20, std::chrono::milliseconds(2500));
+}
+
+// A synchronous collective on one thread (run on that thread: inline execution, or its wait
+// running it, as torch's synchronous calls do) while another thread of the process sends or
+// receives on the same communicator, whose peer takes part in the collective only after it: the
+// send or receive starts from the collective's waits. It used to wait for the collective, which
+// waited for the peer: both ranks hung until the timeout (gloo starts it at once). The second
+// thread issues its op 50 ms after the collective began, so that it finds it running.
+//   pattern 0: rank 0's second thread sends; rank 1 receives, then joins the collective;
+//   pattern 1: rank 0's second thread receives; rank 1 sends (larger than the FIFO for `large`).
+void p2p_from_another_thread_beside_a_synchronous_collective(int world, RunOptions ro, size_t large) {
+  auto res = run_ranks(world, [large](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    for (const bool inline_execution : {true, false}) {
+      Options o;
+      o.timeout = std::chrono::seconds(20);
+      o.inline_execution = inline_execution;
+      Communicator c(store, rank, w, o);
+      for (int pattern = 0; pattern < 2; ++pattern)
+        for (size_t n : {size_t{16}, large}) {
+          const std::string what = std::string(inline_execution ? "inline" : "run by its wait") + ", pattern " +
+                                   std::to_string(pattern) + ", " + std::to_string(n) + " elements: ";
+          std::vector<int32_t> msg(rank < 2 ? n : 0);
+          const bool sender = (pattern == 0) == (rank == 0);
+          if (sender) std::iota(msg.begin(), msg.end(), 3 + pattern);
+          int32_t x = rank + 1;
+          try {
+            if (rank == 0) {
+              std::string other_error;
+              std::thread other([&] {
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                try {
+                  if (pattern == 0) c.send(msg.data(), n, DataType::i32, 1, 9).wait();
+                  else c.recv(msg.data(), n, DataType::i32, 1, 9).wait();
+                } catch (const Error& e) {
+                  other_error = e.what();
+                }
+              });
+              try {
+                c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum).wait();
+              } catch (...) {
+                other.join();
+                throw;
+              }
+              other.join();
+              if (!other_error.empty()) rep.fail(what + "the other thread's op: " + other_error);
+            } else if (rank == 1) {
+              if (pattern == 0) c.recv(msg.data(), n, DataType::i32, 0, 9).wait();
+              else c.send(msg.data(), n, DataType::i32, 0, 9).wait();
+              c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum).wait();
+            } else {
+              c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum).wait();
+            }
+          } catch (const Error& e) {
+            rep.fail(what + e.what());
+            return;
+          }
+          if (x != w * (w + 1) / 2) rep.fail(what + "the allreduce gave " + std::to_string(x));
+          if (rank < 2 && !sender) check_message(rep, what, msg, 3 + pattern);
+          c.barrier().wait();
+        }
+    }
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+TEST(P2P, ASendOrReceiveFromAnotherThreadStartsBesideASynchronousCollective) {
+  p2p_from_another_thread_beside_a_synchronous_collective(2, {}, size_t{3} << 20);
+  p2p_from_another_thread_beside_a_synchronous_collective(3, {}, size_t{3} << 20);
 }
 
 #ifdef SMDDP_HAVE_LIBFABRIC  // across nodes needs the libfabric transport
@@ -160,6 +228,14 @@ TEST(P2P, ASendOrReceiveIssuedAfterUnwaitedCollectivesAcrossNodesDoesNotWaitForT
   RunOptions ro = hosts.place({0, 0, 1});
   ro.env.push_back({"SMDDP_CHECK_CONSISTENCY", "0"});
   p2p_after_unwaited_collectives(3, ro, size_t{3} << 20, std::chrono::milliseconds(2500));
+}
+
+TEST(P2P, ASendOrReceiveFromAnotherThreadStartsBesideASynchronousCollectiveAcrossNodes) {
+  NetnsHosts hosts(2);
+  p2p_from_another_thread_beside_a_synchronous_collective(2, hosts.place({0, 1}), size_t{3} << 20);
+  RunOptions ro = hosts.place({0, 0, 1});
+  ro.env.push_back({"SMDDP_CHECK_CONSISTENCY", "0"});
+  p2p_from_another_thread_beside_a_synchronous_collective(3, ro, size_t{3} << 20);
 }
 #endif
 
