@@ -5,6 +5,7 @@ replaces it; the checks that do so say so in their name."""
 import datetime
 import os
 import time
+import threading
 
 import torch
 import torch.distributed as dist
@@ -342,6 +343,33 @@ if world > 1:
             check("a send after an async_op allreduce", torch.equal(back, torch.arange(300_000, dtype=torch.float32) * 2))
         dist.all_reduce(y)
     check("the allreduce before that send", torch.equal(y, torch.full((4,), float(world * (world + 1) // 2))), str(y))
+    # A synchronous all_reduce on the main thread while a second thread sends to a rank that
+    # receives before its own all_reduce: the send used to wait for the all_reduce (run on the
+    # calling thread), which waited for the peer: all hung until the timeout.
+    z = torch.full((4,), float(rank + 1))
+    if rank == 0:
+        thread_err = []
+
+        def send_from_a_thread():
+            try:
+                time.sleep(0.1)  # the main thread's all_reduce is waiting by then
+                dist.send(torch.arange(300_000, dtype=torch.float32) * 3, dst=1, tag=13)
+            except RuntimeError as e:
+                thread_err.append(str(e))
+
+        sender = threading.Thread(target=send_from_a_thread)
+        sender.start()
+        dist.all_reduce(z)
+        sender.join()
+        check("a send from another thread beside a synchronous all_reduce", not thread_err, str(thread_err))
+    else:
+        if rank == 1:
+            back = torch.empty(300_000)
+            dist.recv(back, src=0, tag=13)
+            check("a send from another thread beside a synchronous all_reduce, received",
+                  torch.equal(back, torch.arange(300_000, dtype=torch.float32) * 3))
+        dist.all_reduce(z)
+    check("the all_reduce beside that thread's send", torch.equal(z, torch.full((4,), float(world * (world + 1) // 2))), str(z))
     if rank == 0:  # receive from any source (across pretend nodes too when SMDDP_TEST_NODES is set)
         got = set()
         for _ in range(world - 1):
