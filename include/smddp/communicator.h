@@ -31,7 +31,10 @@ class CommunicatorImpl;
 struct Options {
   // Deadline of every wait inside a collective, from the moment it starts to run.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
-  // Distinguishes communicators made from one store (subgroups): becomes a key prefix.
+  // Distinguishes communicators made from one store (subgroups): becomes a key prefix. Groups
+  // made at the same time from one store need names of their own: the ranks of two groups with
+  // one name could pair across them (each rank numbers its communicators per name and rank).
+  // Communicators made one after another under one name are kept apart by that number.
   std::string name = "default";
   // Per-communicator algorithm choice, same syntax as SMDDP_ALGO ("allreduce:rs_ag,..."); takes
   // precedence over the environment. Empty: the selector decides.
