@@ -140,7 +140,7 @@ class CommunicatorImpl {
     ~SlotsForCuda();
   } slots_for_cuda_;
   std::unique_ptr<ofi::Endpoint> net_;      // every rank, when they span nodes
-  PairOrder pair_order_{0};                 // net_'s point-to-point numbering (engine thread)
+  PairOrder pair_order_{0};                 // net_'s point-to-point numbering (the polling thread)
   std::unique_ptr<algorithms::ScratchPool> scratch_;  // after net_: unregisters before it closes
   std::unique_ptr<algorithms::ScratchPool> staging_pool_;  // across nodes: host copies of CUDA buffers
   std::unique_ptr<P2pStagingPool> p2p_staging_;           // host copies of point-to-point CUDA buffers

@@ -2,7 +2,7 @@
 // host_staging.h does for collectives across nodes), so a send first copies its buffer into a
 // page-locked host buffer and a receive copies the message into its buffer once it has landed.
 // The copies are the Device's (its copy engines, ordered after the caller's stream), run by the
-// engine thread when it first polls a send and when a receive's message is complete, so the
+// thread polling point-to-point ops (engine.h) when it first polls a send and when a receive's message is complete, so the
 // caller's thread never blocks on them. On a failure nothing is copied into the receive's buffer.
 // Nothing here knows CUDA.
 #pragma once
@@ -82,7 +82,7 @@ class P2pStagingPool {
 
 // One point-to-point operation on device memory around `host_poll`, the same operation on
 // `host` (a send's bytes, a receive's landing place), as the engine polls it. `device` is
-// called on the engine thread, at the first poll: the Device of the buffer's GPU. `ready`
+// called on the polling thread, at the first poll: the Device of the buffer's GPU. `ready`
 // (may be null) is the caller's stream's event at the call, which the first device copy waits
 // for: a send reads its buffer only after the work queued before it, a receive writes its
 // buffer only after that work (which may still read the old contents).

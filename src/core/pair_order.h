@@ -4,8 +4,9 @@
 // Numbers are handed out when an operation is first polled: the engine polls point-to-point
 // operations in the order they were issued (engine.h), which is program order. A receive from
 // any rank takes whichever number its message carries, so until it has one, the receives issued
-// after it wait unnumbered (else they could be numbered for the message it takes). Used by the
-// engine's thread only.
+// after it wait unnumbered (else they could be numbered for the message it takes). Used only on
+// the thread that polls point-to-point ops (the engine's, or a running collective's beside them;
+// one at a time, handed over under the engine's lock: engine.h).
 #pragma once
 
 #include <cstdint>

@@ -154,7 +154,7 @@ void Engine::run_and_finish(Task& t) {
 void Engine::run_nested_through(const detail::OpState* op) {
   if (!held_by_this_thread()) return;
   for (;;) {
-    // Inside a collective on the engine thread, sends and receives queued since start beside it
+    // Inside a collective on this thread, sends and receives queued since start beside it
     // (poll_p2p_beside), also those queued ahead of `op`: take them off the queue first.
     if (beside_on_this_thread() == this && !polling_beside_ && p2p_queued_beside_.load(std::memory_order_acquire))
       take_queued_p2p();
@@ -201,7 +201,7 @@ std::optional<Task> Engine::submit(Task task) {
     return task;
   }
   // A dozing engine leaves a queued collective to its caller's wait() (run_here) for a tick: no
-  // wake. Point-to-point work progresses only on the engine thread: wake it.
+  // wake. Point-to-point work progresses on the engine thread (or a running collective's): wake it.
   const bool wake = task.p2p || task.start_now || !dozing_ || !callers_wait_;
   if (doze_.tick.count() > 0) {  // (a tick <= 0 never dozes)
     last_queued_ = std::chrono::steady_clock::now();

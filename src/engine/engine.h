@@ -149,9 +149,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // A callback of an operation this thread is running or completing (a DDP comm hook such as
   // PowerSGD's, waiting on a collective it issued) submitted `op`: nobody else can run it while
   // this thread holds the engine, so run what is queued up to and including `op`, here, in
-  // order. No-op on a thread that does not hold the engine. Stops at a point-to-point op (those
-  // need the engine's polling): a callback must not wait on a collective queued behind a send
-  // or recv.
+  // order. No-op on a thread that does not hold the engine. Stops at a point-to-point op first in
+  // line or polled elsewhere: a callback may wait on a collective queued behind a send or recv
+  // only inside a collective's run, whose waits poll them (poll_p2p_beside).
   void run_nested_through(const detail::OpState* op);
   // Whether this thread runs or completes an operation of this engine, at any depth: a callback
   // of engine A's collective may wait on B's, whose callback waits on A's again.

@@ -135,7 +135,8 @@ class Group {
   void fifo_peek(int src, void* data, size_t bytes, size_t offset = 0) const;
   // Operations in flight on this rank take turns per FIFO: the first to claim one (in issue
   // order, as the engine polls) moves its whole message before another may touch it, so two
-  // sends to, or receives from, the same peer never interleave their bytes. Engine thread only.
+  // sends to, or receives from, the same peer never interleave their bytes. Only on the thread
+  // that polls point-to-point ops (the engine's, or a running collective's: engine.h).
   bool claim_fifo(bool outgoing, int peer, const void* who);  // true while `who` holds it
   void release_fifo(bool outgoing, int peer, const void* who);
   bool fifo_claimed(bool outgoing, int peer) const;
@@ -143,7 +144,7 @@ class Group {
   // and a receive issued after an unresolved one may not claim a FIFO whose next message the
   // earlier one may take (it is not here yet, or opens under the earlier one's tag): it would
   // take the message the earlier one is owed. (Across nodes PairOrder holds every later receive
-  // back, the messages unseen until received.) Engine thread only.
+  // back, the messages unseen until received.) Only on the thread that polls point-to-point ops.
   void open_any(uint64_t seq, uint32_t tag) {
     open_any_seq_ = seq;
     open_any_tag_ = tag;
