@@ -2,8 +2,8 @@
 // host_staging.h does for collectives across nodes), so a send first copies its buffer into a
 // page-locked host buffer and a receive copies the message into its buffer once it has landed.
 // The copies are the Device's (its copy engines, ordered after the caller's stream), run by the
-// thread polling point-to-point ops (engine.h) when it first polls a send and when a receive's message is complete, so the
-// caller's thread never blocks on them. On a failure nothing is copied into the receive's buffer.
+// thread polling point-to-point ops (engine.h) when it first polls a send and when a receive's
+// message is complete, so the caller's thread never blocks on them. On a failure nothing is copied into the receive's buffer.
 // Nothing here knows CUDA.
 #pragma once
 

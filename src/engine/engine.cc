@@ -266,7 +266,6 @@ void Engine::run_claimed(Task t) {
     run_and_finish(t);
   }
   std::unique_lock<std::mutex> lk(mu_);
-  p2p_queued_beside_.store(false, std::memory_order_relaxed);
   if (stop_ && !beside_.empty()) {
     // The engine thread is gone or going, and fails only what it holds: fail these here, before
     // the shutdown (waiting for busy_) may destroy the transports their polls withdraw from.
@@ -277,17 +276,11 @@ void Engine::run_claimed(Task t) {
     lk.unlock();
     {
       Holding h(this);
-      for (auto& x : unfinished) x.poll = nullptr;
-      for (auto& x : unfinished) {
-        pending_.fetch_sub(1);
-        finish(x, reason);
-      }
+      fail_in_flight(unfinished, reason);
     }
     lk.lock();
   }
-  // Those still in flight go on from the engine thread's loop.
-  for (auto& x : beside_) active_p2p_.push_back(std::move(x));
-  beside_.clear();
+  hand_beside_to_loop_locked();  // those still in flight go on from the engine thread's loop
   busy_ = false;
   // Wake the engine thread only when it has something to do (work queued or handed over
   // meanwhile) or a shutdown waits for this collective: waking it for nothing cost two futex
@@ -334,11 +327,8 @@ void Engine::loop() {
         run_and_finish(t);
       }
       lk.lock();
+      hand_beside_to_loop_locked();
       busy_ = false;
-      // Those its waits never took (it did not wait after they came) start as usual from here.
-      p2p_queued_beside_.store(false, std::memory_order_relaxed);
-      for (auto& x : beside_) active_p2p_.push_back(std::move(x));
-      beside_.clear();
       continue;
     }
     if (active_p2p_.empty()) continue;
@@ -372,11 +362,7 @@ void Engine::loop() {
   std::exception_ptr reason = stop_reason_;
   lk.unlock();
   Holding h(this);
-  // The ops in flight let go of what they hold first: an op across nodes withdraws its transfer
-  // from the network as its poll goes (p2p_across_nodes.h), before a waiter or callback that
-  // hears of the failure may free the buffer.
-  for (auto& t : p) t.poll = nullptr;
-  for (auto& t : p) { pending_.fetch_sub(1); finish(t, reason); }
+  fail_in_flight(p, reason);
   for (;;) {
     lk.lock();
     if (queue_.empty()) break;
@@ -386,6 +372,25 @@ void Engine::loop() {
     pending_.fetch_sub(1);
     finish(t, reason);
   }
+}
+
+void Engine::fail_in_flight(std::vector<Task>& ops, const std::exception_ptr& reason) {
+  // The ops let go of what they hold first: an op across nodes withdraws its transfer from the
+  // network as its poll goes (p2p_across_nodes.h), before a waiter or callback that hears of the
+  // failure may free the buffer.
+  for (auto& t : ops) t.poll = nullptr;
+  for (auto& t : ops) {
+    pending_.fetch_sub(1);
+    finish(t, reason);
+  }
+  ops.clear();
+}
+
+void Engine::hand_beside_to_loop_locked() {
+  // Those its waits never took (it did not wait after they came) start as usual from the loop.
+  p2p_queued_beside_.store(false, std::memory_order_relaxed);
+  for (auto& x : beside_) active_p2p_.push_back(std::move(x));
+  beside_.clear();
 }
 
 bool Engine::poll_p2p(std::vector<Task>& ops) {

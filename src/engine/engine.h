@@ -200,6 +200,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Sleeps until there is work to take or a stop; dozes (timed sleeps) within the doze window.
   void idle_wait(std::unique_lock<std::mutex>& lk);
   static void finish(Task& t, std::exception_ptr e);
+  // Fails `ops`, in flight, with `reason` (holding the engine): their polls go before any waiter
+  // hears. Leaves `ops` empty.
+  void fail_in_flight(std::vector<Task>& ops, const std::exception_ptr& reason);
+  // At a collective's end (mu_ held): the p2p ops left beside it, and the queued-beside mark, go
+  // back to the loop (active_p2p_).
+  void hand_beside_to_loop_locked();
   // Polls each op of `ops` once (unlocked), completing and removing those that finished; true if any did.
   bool poll_p2p(std::vector<Task>& ops);
   // The sleep that announces every op of `ops`; null when none does.

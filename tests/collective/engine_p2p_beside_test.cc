@@ -1,8 +1,8 @@
 // Sends and receives issued while a collective runs (on the engine thread or a caller's), or
 // queued behind one: they start from that collective's waits (Engine::poll_p2p_beside), as gloo
-// and NCCL start them at once. They used to wait for the collective, whose peer may join it only after this very
-// send (an async_op allreduce, then a send to a rank that receives before its allreduce): both
-// ranks hung until the timeout. Driven at the engine's level, so that what runs where is certain
+// and NCCL start them at once. They used to wait for the collective, whose peer may join it only
+// after this very send (an async_op allreduce, then a send to a rank that receives before its
+// allreduce): both ranks hung until the timeout. Driven at the engine's level, so that what runs where is certain
 // rather than timed; tests/collective/p2p_beside_collective_test.cc runs it over the transports.
 // Named Engine* so that the TSan step runs them.
 #include <gtest/gtest.h>
