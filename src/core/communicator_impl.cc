@@ -440,20 +440,24 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
   const std::function<bool()> poll_beside = [this] { return engine_->poll_p2p_beside(); };
   struct IdleHookRestored {  // the hook it replaces (across nodes: the network's progress)
     shm::Group& g;
-    std::function<bool()> hook, gate;
-    ~IdleHookRestored() { g.set_idle_hook(std::move(hook), std::move(gate)); }
+    std::function<bool()> hook, gate, news;
+    ~IdleHookRestored() { g.set_idle_hook(std::move(hook), std::move(gate), std::move(news)); }
   };
   std::optional<IdleHookRestored> restore;
   if (beside) {
-    restore.emplace(IdleHookRestored{*shm_, shm_->idle_hook(), shm_->idle_hook_gate()});
+    restore.emplace(IdleHookRestored{*shm_, shm_->idle_hook(), shm_->idle_hook_gate(), shm_->idle_hook_news()});
+    // A send submitted meanwhile (news) keeps the node's waits from going to sleep on it.
+    const std::function<bool()> p2p_news = [this] { return engine_->p2p_beside_pending(); };
     if (restore->hook) {
-      shm_->set_idle_hook([this, &node_idle = restore->hook] {
-        const bool net = node_idle();
-        const bool p2p = engine_->poll_p2p_beside();
-        return net || p2p;
-      });
+      shm_->set_idle_hook(
+          [this, &node_idle = restore->hook] {
+            const bool net = node_idle();
+            const bool p2p = engine_->poll_p2p_beside();
+            return net || p2p;
+          },
+          {}, p2p_news);
     } else {
-      shm_->set_idle_hook(poll_beside, [this] { return engine_->p2p_beside_pending(); });
+      shm_->set_idle_hook(poll_beside, p2p_news, p2p_news);
     }
   }
   try {

@@ -3,7 +3,11 @@
 // several chunks, and a receive nobody answers timing out with the peer named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <numeric>
+#include <thread>
+#include <vector>
 
 #include "collective/harness.h"
 #include "transport/ofi/endpoint.h"
@@ -222,6 +226,64 @@ TEST(OfiEndpoint, CancelledReceivesLeaveTheBufferAlone) {
     }, ro);
     ASSERT_TRUE(res.ok()) << "SMDDP_OFI_RMA=" << rma << ": " << res.summary();
   }
+}
+
+// A network wait inside a collective polls the sends and receives beside it (`beside`) between
+// its sleeps on the completion queue. A send submitted beside it wakes the sleeper
+// (wake_sleeper()), which writes only to a sleeper already counted: one submitted after the
+// wait's last poll and before its sleep began is missed by the wake, and the sleep's own poll
+// must catch it, or it starts only when the sleep ends (the next watch, 20 ms). Here `beside`
+// itself knocks just that way (a wake, then "nothing in flight") on its first call of each wait,
+// while the message the wait is for comes 60 ms late: its next call must come at once.
+TEST(OfiEndpoint, WorkBesideThatCameJustBeforeASleepIsPolledAtOnce) {
+  RunOptions ro;
+  ro.env = {{"FI_TCP_IFACE", "lo"}};
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    ofi::Endpoint ep(*store, rank, w, rank, std::chrono::seconds(30));
+    if (rank == 0 && !ep.waits_block()) {
+      rep.record("no_wait_object", ep.provider());
+    }
+    std::vector<double> late_ms;
+    for (uint32_t i = 0; i < 8; ++i) {
+      uint32_t x = 0;
+      if (rank == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        x = i + 1;
+        auto h = ep.send(0, &x, sizeof x, 100 + i);
+        ep.wait(h, op_with_timeout(std::chrono::milliseconds(10000)));
+        continue;
+      }
+      bool knocked = false, polled = false;
+      auto knocked_at = Clock::now(), polled_at = knocked_at;
+      const std::function<bool()> beside = [&] {
+        if (!knocked) {
+          knocked = true;
+          knocked_at = Clock::now();
+          ep.wake_sleeper();
+        } else if (!polled) {
+          polled = true;
+          polled_at = Clock::now();
+        }
+        return false;
+      };
+      auto h = ep.recv(1, &x, sizeof x, 100 + i);
+      ep.wait(h, op_with_timeout(std::chrono::milliseconds(10000)), nullptr, &beside);
+      if (x != i + 1) return rep.fail("message " + std::to_string(i) + " read " + std::to_string(x));
+      if (!knocked || !polled) return rep.fail("the wait did not poll beside it twice before its message came");
+      late_ms.push_back(std::chrono::duration<double, std::milli>(polled_at - knocked_at).count());
+    }
+    if (rank != 0 || !ep.waits_block()) return;
+    std::sort(late_ms.begin(), late_ms.end());
+    const double median = late_ms[late_ms.size() / 2];
+    rep.record("median_beside_ms", std::to_string(median));
+    if (median >= 4)
+      rep.fail("work beside a network wait that came just before its sleep waited a median " +
+               std::to_string(median) + " ms for its poll: the sleep did not poll it");
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+  for (const auto& [key, provider] : res.ranks[0].records)
+    if (key == "no_wait_object")
+      GTEST_SKIP() << provider << "'s completion queue has no wait object here: its network waits never sleep";
 }
 
 }  // namespace

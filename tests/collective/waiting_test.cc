@@ -178,6 +178,69 @@ TEST(Waiting, SleepersWakeWhenThePeerArrives) {
   ASSERT_TRUE(res.ok()) << res.summary();
 }
 
+// A send submitted beside a running collective sets the engine's mark and then rings the
+// node's waiters (Engine::submit). One that lands after a wait's last look at its idle hook's
+// gate, but rings before its sleep reads the doorbell, is missed by the ring: the sleep's own
+// look at the hook's news must catch it, or the send starts only when the sleep ends (the 10 ms
+// liveness check). Here the gate itself knocks just that way (mark, ring, then "nothing yet")
+// on its first call of each wait, while rank 1 arrives 30 ms late: the hook must run at once.
+TEST(Waiting, WorkForTheIdleHookThatCameJustBeforeASleepIsPolledAtOnce) {
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    shm::GroupConfig cfg;
+    cfg.spin = 0;
+    cfg.move_off_shared_cpu = false;
+    shm::Group g(*store, rank, w, cfg, std::chrono::seconds(30));
+    std::vector<double> late_ms;
+    for (uint64_t i = 1; i <= 10; ++i) {
+      OpInfo op;
+      op.name = "allreduce";
+      op.seq = op.coll_seq = i;
+      op.rank = rank;
+      op.size = w;
+      op.timeout = std::chrono::milliseconds(10000);
+      op.deadline = Clock::now() + op.timeout;
+      bool knocked = false, polled = false;
+      int64_t knocked_ns = 0, polled_ns = 0;
+      if (rank == 0) {
+        const auto news = [&] { return knocked && !polled; };
+        g.set_idle_hook(
+            [&] {
+              if (news()) {
+                polled = true;
+                polled_ns = monotonic_ns();
+              }
+              return false;
+            },
+            [&] {
+              if (knocked) return news();
+              knocked = true;
+              knocked_ns = monotonic_ns();
+              g.wake_waiters();
+              return false;
+            },
+            news);
+      } else {
+        std::this_thread::sleep_for(30ms);
+      }
+      g.begin_round();
+      g.arrive();
+      g.wait_all(op);
+      if (rank != 0) continue;
+      g.set_idle_hook({});
+      if (!knocked || !polled) return rep.fail("the wait did not look at its idle hook");
+      late_ms.push_back((polled_ns - knocked_ns) / 1e6);
+    }
+    if (rank != 0) return;
+    std::sort(late_ms.begin(), late_ms.end());
+    const double median = late_ms[late_ms.size() / 2];
+    rep.record("median_hook_ms", std::to_string(median));
+    if (median >= 4)
+      rep.fail("work for the idle hook that came just before a sleep waited a median " + std::to_string(median) +
+               " ms for its poll: the sleep did not look at the hook's news");
+  });
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
 // Every thread of this process (the communicator's own included) onto `cpu` alone.
 bool pin_process_to(int cpu) {
   cpu_set_t set;

@@ -48,7 +48,10 @@ bool CompletionWait::trywait() {
 
 void CompletionWait::sleep(const std::function<bool()>& ready, const std::function<bool()>& may_block,
                            std::chrono::microseconds timeout) {
+  // Dekker's pattern with wake(): the waker stores its news and then reads sleeping_, this
+  // sleeper stores sleeping_ and then reads the news (ready()); one of the two sees the other.
   sleeping_.store(true, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!ready()) {
     if (cq_fd_ >= 0 && may_block()) {
       pollfd fds[2] = {{cq_fd_, POLLIN, 0}, {event_fd_, POLLIN, 0}};
@@ -68,6 +71,7 @@ void CompletionWait::sleep(const std::function<bool()>& ready, const std::functi
 }
 
 void CompletionWait::wake() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the caller's news before sleeping_ (sleep())
   if (event_fd_ < 0 || !sleeping_.load(std::memory_order_seq_cst)) return;
   const uint64_t one = 1;
   [[maybe_unused]] const ssize_t n = ::write(event_fd_, &one, sizeof one);  // full (never here): it is awake anyway

@@ -126,7 +126,8 @@ class Endpoint {
   // `watch`, when set, runs every 20 ms while waiting and may throw (abort from elsewhere).
   // `beside`, when set, runs at every poll past the first spins; while it returns true (work
   // that no completion announces still moves, the sends and receives beside a collective) the
-  // wait polls every 100 us instead of blocking on the completion queue.
+  // wait polls every 100 us instead of blocking on the completion queue; a block begins only
+  // after it ran once more, with the sleeper counted (work submitted beside meanwhile wakes it).
   void wait(const Handle& h, const OpInfo& op, const std::function<void()>* watch = nullptr,
             const std::function<bool()>* beside = nullptr);
   // Throws wait()'s TimeoutError, naming the peer, if op's deadline has passed: for callers that

@@ -123,7 +123,11 @@ void Endpoint::wait(const Handle& h, const OpInfo& op, const std::function<void(
     }
     const auto until = std::min(next_watch, op.deadline);
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(until - now);
-    sleep_until_news([&] { return impl_->done_now(h); }, std::max(us, std::chrono::microseconds(1)));
+    // Polled once more, with the sleeper counted: a send submitted beside the collective after
+    // the poll above woke no one yet (wake_sleeper() writes only to a counted sleeper), and
+    // would otherwise wait out the whole sleep (up to the next watch, 20 ms).
+    sleep_until_news([&] { return impl_->done_now(h) || (beside && *beside && (*beside)()); },
+                     std::max(us, std::chrono::microseconds(1)));
   }
 }
 

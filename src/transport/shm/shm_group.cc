@@ -546,6 +546,11 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
     if (i == kStackCheckAt && shares_cpu_with(missing()) && !move_off_cpu()) break;
     cpu_relax();
   }
+  // The sleeps below also end for work that came for the idle hook: a send submitted beside the
+  // collective sets the engine's mark and then rings, and one that came after the loop's last
+  // look at the hook but rang before the sleep read the bell would wait out the whole sleep.
+  // Read after the bell, the mark is seen (sleep_on_bell).
+  const auto ready_or_news = [&] { return ready() || (idle_news_ && idle_news_()); };
   const auto start = Clock::now();
   auto next_check = start + std::chrono::milliseconds(10);  // liveness reads /proc: not on every wait
   Clock::time_point deadline = op.deadline;  // moved once, to a late rank's own (below)
@@ -576,7 +581,8 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
       } else if (!moving && now - start >= kQuietAfter) {
         const auto quiet = std::chrono::microseconds(quiet_us);
         const auto until = std::min({next_check, deadline, now + quiet});
-        sleep_until_rung(ready, std::max<std::chrono::nanoseconds>(until - now, std::chrono::microseconds(1)));
+        sleep_until_rung(ready_or_news,
+                         std::max<std::chrono::nanoseconds>(until - now, std::chrono::microseconds(1)));
         if (until == now + quiet) quiet_us = std::min(quiet_us * 2, 20000);  // only after a whole sleep
         now = Clock::now();
       } else {
@@ -595,8 +601,8 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
       now = after;
     } else {
       // Block until a rank arrives (or the next liveness check is due).
-      sleep_until_rung(ready, std::max<std::chrono::nanoseconds>(std::min(next_check, deadline) - now,
-                                                                 std::chrono::microseconds(1)));
+      sleep_until_rung(ready_or_news, std::max<std::chrono::nanoseconds>(std::min(next_check, deadline) - now,
+                                                                         std::chrono::microseconds(1)));
       now = Clock::now();
     }
     // A deadline between two liveness checks is looked at once it passes, not at the next check

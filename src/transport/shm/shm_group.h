@@ -88,12 +88,19 @@ class Group {
   // collective, what polls the sends and receives in flight beside it (CommunicatorImpl).
   // `only_while`, when set, gates the hook: while it returns false the wait is the node's own, as
   // without a hook (inside a node: sends and receives that may come while the collective runs).
-  void set_idle_hook(std::function<bool()> f, std::function<bool()> only_while = {}) {
+  // `news`, when set, says whether work came for the hook that its last call did not see (a send
+  // submitted meanwhile, which wakes the waiters too): a wait's sleep does not begin while it
+  // returns true, so work that came between the wait's last look and its sleep is not left
+  // there until the sleep ends (up to the liveness check, 20 ms).
+  void set_idle_hook(std::function<bool()> f, std::function<bool()> only_while = {},
+                     std::function<bool()> news = {}) {
     idle_ = std::move(f);
     idle_only_while_ = std::move(only_while);
+    idle_news_ = std::move(news);
   }
   const std::function<bool()>& idle_hook() const { return idle_; }
   const std::function<bool()>& idle_hook_gate() const { return idle_only_while_; }
+  const std::function<bool()>& idle_hook_news() const { return idle_news_; }
   // Wakes this node's ranks that sleep in a wait (a spurious wake-up for those with nothing new):
   // for a wait whose idle hook has work that no node-mate announces (a send submitted meanwhile).
   void wake_waiters() { ring(/*always=*/true); }
@@ -229,6 +236,7 @@ class Group {
   bool departed_ = false;
   std::function<bool()> idle_;
   std::function<bool()> idle_only_while_;
+  std::function<bool()> idle_news_;
   std::vector<const void*> fifo_owner_;  // [outgoing * size_ + peer]: the op moving a message
   // [dst]: this rank reserved the ring of its FIFO to dst (fifo_push); touched, like
   // fifo_owner_, only by the thread moving point-to-point messages.
