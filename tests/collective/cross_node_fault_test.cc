@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 #include <thread>
@@ -229,6 +231,54 @@ TEST(CrossNodeFaults, LinkDownIsAnErrorNamingAnUnreachableRankThenEachSideRegrou
   }());
   ASSERT_TRUE(res.ok()) << res.summary();
   print_records(res, "error");
+}
+
+// A communicator destroyed with sends and receives in flight over a link that went down: the
+// transfers the network had matched cannot be cancelled and never report, and the destruction
+// waits a while for their buffers to be let go of (the caller frees them next). Each waited its
+// own second for that, so N of them held the destruction N seconds; one budget for the whole
+// teardown bounds it whatever N is.
+TEST(CrossNodeFaults, DestroyWithTransfersStuckOnADeadLinkEndsWithinOneBudget) {
+  NetnsHosts hosts(2, "40mbit");
+  if (!hosts.available()) GTEST_SKIP() << hosts.why_unavailable();
+  auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    constexpr int kEach = 6;
+    constexpr size_t kFloats = 2 << 20;  // 8 MiB a message: 96 MiB each way, 20 s at 40 Mbit/s
+    const int peer = 1 - rank;
+    std::vector<std::vector<float>> out(kEach, std::vector<float>(kFloats, 1.0f));
+    std::vector<std::vector<float>> in(kEach, std::vector<float>(kFloats));
+    Options o;
+    o.timeout = 60s;
+    auto c = std::make_unique<Communicator>(store, rank, w, o);
+    float f = 1;
+    c->allreduce(&f, &f, 1, DataType::f32, ReduceOp::sum).wait();  // connected both ways
+    std::vector<Work> works;
+    for (int i = 0; i < kEach; ++i) {
+      works.push_back(c->send(out[i].data(), kFloats, DataType::f32, peer, static_cast<uint32_t>(i)));
+      works.push_back(c->recv(in[i].data(), kFloats, DataType::f32, peer, static_cast<uint32_t>(i)));
+    }
+    std::this_thread::sleep_for(700ms);  // every transfer posted, the first ones partly through
+    if (std::system("ip link set eth0 down") != 0) return rep.fail("ip link set eth0 down failed");
+    std::this_thread::sleep_for(300ms);
+    int ended = 0;
+    for (const Work& wk : works) ended += wk.test() ? 1 : 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    c.reset();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    rep.record("destroy_ms", std::to_string(ms));
+    if (ended > 0) rep.fail(std::to_string(ended) + " transfers ended although the link went down first");
+    for (const Work& wk : works) {
+      try {
+        wk.wait();
+      } catch (const Error&) {
+      }
+    }
+    // One budget (1 s) and 10 ms for each stuck transfer after it, with room for a loaded
+    // machine; a second each is 6 s.
+    if (ms > 3000) rep.fail("the destruction took " + std::to_string(ms) + " ms");
+  }, hosts.place({0, 1}));
+  ASSERT_TRUE(res.ok()) << res.summary();
+  print_records(res, "destroy_ms");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -110,6 +111,10 @@ struct Endpoint::Impl {
   // Entries read from cq so far: a sleep blocks only if its readiness check read none, since
   // one read there may have completed an op polled before the read (it would not wake anyone).
   size_t completions_read = 0;
+  // Entries read that moved data (not an error or a cancellation's report): the network's sign of
+  // life. And its count when a cancel last gave up waiting for reports (Endpoint::cancel).
+  size_t transfers_completed = 0;
+  std::optional<size_t> transfers_when_cancel_gave_up;
   FidOwner<fid_av> av;
   FidOwner<fid_ep> ep;
   std::vector<fi_addr_t> addrs;
@@ -357,6 +362,7 @@ struct Endpoint::Impl {
       }
       if (n < 0) throw SystemError(fi_error("fi_cq_read", n));
       completions_read += static_cast<size_t>(n);
+      transfers_completed += static_cast<size_t>(n);
       for (ssize_t k = 0; k < n; ++k) {
         if (e[k].op_context == &sweep_ctx.ctx) {
           sweep_result(true, e[k].tag, 0);

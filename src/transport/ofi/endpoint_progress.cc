@@ -76,6 +76,14 @@ void Endpoint::cancel(const std::vector<Handle>& hs, Clock::time_point give_up) 
   // about to raise must not wait for it long; that is said, since its buffer may be written if
   // the link comes back while the endpoint lives. Between reads it sleeps a little: ranks that
   // failed together must not spin each other off the cores they need to say why.
+  // Once a cancel gave up so, while no transfer has completed since (the network showed no sign
+  // of life: cancellations' own reports are the provider's, not the link's), the next cancels
+  // wait 10 ms at most: ops that fail one after another (a destruction or an abort failing each
+  // send and receive in flight, each cancelling its own) would otherwise wait a budget each for
+  // reports that most likely will not come either, N seconds for N of them.
+  constexpr auto kAfterGivingUp = std::chrono::milliseconds(10);
+  if (impl_->transfers_when_cancel_gave_up == impl_->transfers_completed)
+    give_up = std::min(give_up, Clock::now() + kAfterGivingUp);
   auto unreported = [&] {
     size_t n = 0;
     for (const Request* r : out) n += r->posted - r->completed - r->failed;
@@ -84,6 +92,7 @@ void Endpoint::cancel(const std::vector<Handle>& hs, Clock::time_point give_up) 
   for (impl_->drive(); unreported() > 0 && Clock::now() < give_up; impl_->drive())
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   if (const size_t n = unreported(); n > 0) {
+    impl_->transfers_when_cancel_gave_up = impl_->transfers_completed;
     SMDDP_LOG(WARN, impl_->rank) << "libfabric (" << impl_->provider << ") did not report " << n
                                  << " cancelled operation(s) in time; their buffers may still be written";
   }
