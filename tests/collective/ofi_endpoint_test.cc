@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <thread>
@@ -234,7 +235,7 @@ TEST(OfiEndpoint, CancelledReceivesLeaveTheBufferAlone) {
 // wait's last poll and before its sleep began is missed by the wake, and the sleep's own poll
 // must catch it, or it starts only when the sleep ends (the next watch, 20 ms). Here `beside`
 // itself knocks just that way (a wake, then "nothing in flight") on its first call of each wait,
-// while the message the wait is for comes 60 ms late: its next call must come at once.
+// while the message the wait is for comes 150 ms late: its next call must come at once.
 TEST(OfiEndpoint, WorkBesideThatCameJustBeforeASleepIsPolledAtOnce) {
   RunOptions ro;
   ro.env = {{"FI_TCP_IFACE", "lo"}};
@@ -247,7 +248,7 @@ TEST(OfiEndpoint, WorkBesideThatCameJustBeforeASleepIsPolledAtOnce) {
     for (uint32_t i = 0; i < 8; ++i) {
       uint32_t x = 0;
       if (rank == 1) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
         x = i + 1;
         auto h = ep.send(0, &x, sizeof x, 100 + i);
         ep.wait(h, op_with_timeout(std::chrono::milliseconds(10000)));
@@ -269,10 +270,11 @@ TEST(OfiEndpoint, WorkBesideThatCameJustBeforeASleepIsPolledAtOnce) {
       auto h = ep.recv(1, &x, sizeof x, 100 + i);
       ep.wait(h, op_with_timeout(std::chrono::milliseconds(10000)), nullptr, &beside);
       if (x != i + 1) return rep.fail("message " + std::to_string(i) + " read " + std::to_string(x));
-      if (!knocked || !polled) return rep.fail("the wait did not poll beside it twice before its message came");
+      if (!polled) continue;  // the message came first (rank 0 started its wait late: a loaded machine)
       late_ms.push_back(std::chrono::duration<double, std::milli>(polled_at - knocked_at).count());
     }
     if (rank != 0 || !ep.waits_block()) return;
+    if (late_ms.size() < 3) return rep.fail("the wait polled beside it twice in only " + std::to_string(late_ms.size()) + " of 8 waits");
     std::sort(late_ms.begin(), late_ms.end());
     const double median = late_ms[late_ms.size() / 2];
     rep.record("median_beside_ms", std::to_string(median));
@@ -330,6 +332,68 @@ TEST(OfiEndpoint, AcrossNetworkNamespaceHosts) {
   std::cout << "host 0 sent " << sent << " bytes over its link (payload crossing it: " << 4 * kBytes << ")\n";
   EXPECT_GE(sent, 4 * kBytes);
   EXPECT_LT(sent, 4 * kBytes * 12 / 10) << "more than 20% overhead: traffic between co-located ranks left the host?";
+}
+
+// Cancels that follow one whose reports never came (a link down under matched transfers) wait
+// 10 ms instead of a second each, but only for transfers with a peer that moved nothing since:
+// a matched receive from a live peer still gets the whole budget, or its buffer would be freed
+// while that peer's data still lands in it. Three hosts at 40 Mbit/s: rank 1's link goes down
+// 300 ms into its 8 MiB message, rank 2's 10 MiB message takes about 2.1 s; rank 0 cancels
+// both at 600 ms, rank 1's first (it gives up after 1 s), then rank 2's, which must wait for
+// its message to end (reported) rather than give up after 10 ms.
+TEST(OfiEndpoint, ACancelAfterOneThatGaveUpStillWaitsForALivePeersTransfer) {
+  NetnsHosts hosts(3, "40mbit");
+  if (!hosts.available()) GTEST_SKIP() << hosts.why_unavailable();
+  RunOptions ro;
+  ro.netns = {hosts.ns(0), hosts.ns(1), hosts.ns(2)};
+  ro.env = {{"SMDDP_OFI_PROVIDER", "tcp;ofi_rxm"}, {"FI_TCP_IFACE", "eth0"}};
+  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    const size_t bytes = rank == 1 ? size_t{8} << 20 : size_t{10} << 20;
+    ofi::Endpoint ep(*store, rank, w, rank, std::chrono::seconds(30));
+    store->set("ready/" + std::to_string(rank), {1});
+    store->wait({"ready/0", "ready/1", "ready/2"}, std::chrono::seconds(30));
+    if (rank == 0) {
+      std::vector<uint8_t> from1(size_t{8} << 20), from2(size_t{10} << 20);
+      auto h1 = ep.recv(1, from1.data(), from1.size(), 1);
+      auto h2 = ep.recv(2, from2.data(), from2.size(), 2);
+      store->set("posted", {1});
+      const auto until = Clock::now() + std::chrono::milliseconds(600);
+      while (Clock::now() < until) ep.progress();
+      if (ep.test(h2)) rep.fail("rank 2's 10 MiB arrived within 600 ms: the links are not capped");
+      const auto t0 = Clock::now();
+      ep.cancel(h1);
+      const auto t1 = Clock::now();
+      ep.cancel(h2);
+      const auto t2 = Clock::now();
+      const auto ms = [](Clock::duration d) { return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()); };
+      rep.record("cancel_ms", ms(t1 - t0) + "," + ms(t2 - t1));
+      if (ep.cancels_unreported() != 1)
+        rep.fail(std::to_string(ep.cancels_unreported()) + " cancelled operations went unreported (" + ms(t1 - t0) +
+                 " ms, then " + ms(t2 - t1) + " ms); expected rank 1's only: rank 2's transfer was given up");
+      for (size_t i = 0; i < from2.size(); i += 4093)
+        if (from2[i] != static_cast<uint8_t>(i * 7 + 2)) {
+          rep.fail("rank 2's message is not whole after its cancel returned (byte " + std::to_string(i) + ")");
+          break;
+        }
+      store->set("finished", {1});
+      return;
+    }
+    std::vector<uint8_t> out(bytes);
+    for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(i * 7 + static_cast<size_t>(rank));
+    store->get("posted", std::chrono::seconds(30));
+    auto h = ep.send(0, out.data(), bytes, static_cast<uint32_t>(rank));
+    if (rank == 2) {
+      ep.wait(h, op_with_timeout(std::chrono::seconds(30)));
+    } else {
+      const auto until = Clock::now() + std::chrono::milliseconds(300);
+      while (Clock::now() < until) ep.progress();
+      if (std::system("ip link set eth0 down") != 0) return rep.fail("ip link set eth0 down failed");
+    }
+    store->get("finished", std::chrono::seconds(30));
+    if (rank == 1) ep.cancel(h);
+  }, ro);
+  ASSERT_TRUE(res.ok()) << res.summary();
+  print_records(res, "cancel_ms");
 }
 
 // A peer's address record of the wrong length (another provider, a corrupted Store) is an error

@@ -183,7 +183,7 @@ TEST(Waiting, SleepersWakeWhenThePeerArrives) {
 // gate, but rings before its sleep reads the doorbell, is missed by the ring: the sleep's own
 // look at the hook's news must catch it, or the send starts only when the sleep ends (the 10 ms
 // liveness check). Here the gate itself knocks just that way (mark, ring, then "nothing yet")
-// on its first call of each wait, while rank 1 arrives 30 ms late: the hook must run at once.
+// on its first call of each wait, while rank 1 arrives 100 ms late: the hook must run at once.
 TEST(Waiting, WorkForTheIdleHookThatCameJustBeforeASleepIsPolledAtOnce) {
   auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     shm::GroupConfig cfg;
@@ -220,17 +220,19 @@ TEST(Waiting, WorkForTheIdleHookThatCameJustBeforeASleepIsPolledAtOnce) {
             },
             news);
       } else {
-        std::this_thread::sleep_for(30ms);
+        std::this_thread::sleep_for(100ms);
       }
       g.begin_round();
       g.arrive();
       g.wait_all(op);
       if (rank != 0) continue;
       g.set_idle_hook({});
-      if (!knocked || !polled) return rep.fail("the wait did not look at its idle hook");
+      if (!knocked) continue;  // rank 0 came after rank 1 (a loaded machine): no wait to knock on
+      if (!polled) return rep.fail("the wait ended without running its idle hook after the knock");
       late_ms.push_back((polled_ns - knocked_ns) / 1e6);
     }
     if (rank != 0) return;
+    if (late_ms.size() < 3) return rep.fail("rank 0 waited in only " + std::to_string(late_ms.size()) + " of 10 rounds");
     std::sort(late_ms.begin(), late_ms.end());
     const double median = late_ms[late_ms.size() / 2];
     rep.record("median_hook_ms", std::to_string(median));

@@ -96,6 +96,8 @@ class Endpoint {
   size_t foreign_messages_dropped() const;
   // Posts the provider refused for lack of room so far (-FI_EAGAIN: posted again later; tests).
   size_t posts_refused() const;
+  // Cancelled operations whose reports did not come in time so far (cancel(): tests).
+  size_t cancels_unreported() const;
 
   // Reads completions; true once `h` is done. Throws SystemError on a completion error.
   bool test(const Handle& h);

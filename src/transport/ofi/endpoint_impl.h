@@ -111,10 +111,14 @@ struct Endpoint::Impl {
   // Entries read from cq so far: a sleep blocks only if its readiness check read none, since
   // one read there may have completed an op polled before the read (it would not wake anyone).
   size_t completions_read = 0;
-  // Entries read that moved data (not an error or a cancellation's report): the network's sign of
-  // life. And its count when a cancel last gave up waiting for reports (Endpoint::cancel).
-  size_t transfers_completed = 0;
-  std::optional<size_t> transfers_when_cancel_gave_up;
+  // Per peer (size of them): entries read that moved data to or from it (not an error or a
+  // cancellation's report), its sign of life; and that count when a cancel last gave up waiting
+  // for the reports of its transfers (Endpoint::cancel).
+  std::vector<size_t> completed_with;
+  std::vector<std::optional<size_t>> completed_with_when_cancel_gave_up;
+  void count_completion(int peer) {
+    if (peer >= 0 && static_cast<size_t>(peer) < completed_with.size()) ++completed_with[static_cast<size_t>(peer)];
+  }
   FidOwner<fid_av> av;
   FidOwner<fid_ep> ep;
   std::vector<fi_addr_t> addrs;
@@ -126,6 +130,7 @@ struct Endpoint::Impl {
   RegionCache<FidOwner<fid_mr>> regions;
   size_t transfer_regs = 0;
   size_t posts_refused = 0;  // -FI_EAGAIN on a tagged post (tests)
+  size_t cancels_unreported = 0;  // operations a cancel gave up waiting for (tests)
   bool prov_key = true;  // FI_MR_PROV_KEY: the provider picks keys; else each needs its own
   uint64_t next_key = 1;
   uint64_t mr_key() { return prov_key ? 0 : next_key++; }
@@ -362,7 +367,6 @@ struct Endpoint::Impl {
       }
       if (n < 0) throw SystemError(fi_error("fi_cq_read", n));
       completions_read += static_cast<size_t>(n);
-      transfers_completed += static_cast<size_t>(n);
       for (ssize_t k = 0; k < n; ++k) {
         if (e[k].op_context == &sweep_ctx.ctx) {
           sweep_result(true, e[k].tag, 0);
@@ -371,7 +375,10 @@ struct Endpoint::Impl {
         if (e[k].flags & FI_REMOTE_CQ_DATA) {  // a chunk written into one of our RMA receives
           auto it = rma_targets.find(static_cast<uint32_t>(wire_data(static_cast<uint32_t>(e[k].data))));
           if (it != rma_targets.end())
-            if (auto r = it->second.lock()) r->remote_done++;
+            if (auto r = it->second.lock()) {
+              r->remote_done++;
+              count_completion(r->peer);
+            }
           continue;
         }
         auto* c = reinterpret_cast<ChunkCtx*>(e[k].op_context);
@@ -380,6 +387,7 @@ struct Endpoint::Impl {
           c->req->peer = sender_of(wire(e[k].tag));
           c->req->order = p2p_order_of(wire(e[k].tag));
         }
+        count_completion(c->req->peer);
         if ((e[k].flags & FI_RECV) && c->req->error.empty() && !tag_disagrees(*c->req, e[k].tag))
           check_length(*c->req, *c, e[k].len, e[k].tag);
       }

@@ -76,23 +76,40 @@ void Endpoint::cancel(const std::vector<Handle>& hs, Clock::time_point give_up) 
   // about to raise must not wait for it long; that is said, since its buffer may be written if
   // the link comes back while the endpoint lives. Between reads it sleeps a little: ranks that
   // failed together must not spin each other off the cores they need to say why.
-  // Once a cancel gave up so, while no transfer has completed since (the network showed no sign
-  // of life: cancellations' own reports are the provider's, not the link's), the next cancels
-  // wait 10 ms at most: ops that fail one after another (a destruction or an abort failing each
-  // send and receive in flight, each cancelling its own) would otherwise wait a budget each for
-  // reports that most likely will not come either, N seconds for N of them.
+  // Once a cancel gave up so on a peer's transfers, while nothing has moved to or from that peer
+  // since (it showed no sign of life: cancellations' own reports are the provider's, not the
+  // link's), the next cancels whose every unreported transfer is with such a peer wait 10 ms at
+  // most: ops that fail one after another (a destruction or an abort failing each send and
+  // receive in flight, each cancelling its own) would otherwise wait a budget each for reports
+  // that most likely will not come either, N seconds for N of them. A transfer with a peer that
+  // is alive (it moved data meanwhile), or with any rank, keeps the whole budget, and so does the
+  // wait once such a peer moves data during it.
   constexpr auto kAfterGivingUp = std::chrono::milliseconds(10);
-  if (impl_->transfers_when_cancel_gave_up == impl_->transfers_completed)
-    give_up = std::min(give_up, Clock::now() + kAfterGivingUp);
+  Impl& m = *impl_;
+  auto unreported_of = [](const Request* r) { return r->posted - r->completed - r->failed; };
+  auto silent_since_giving_up = [&] {
+    for (const Request* r : out) {
+      if (unreported_of(r) == 0) continue;
+      if (r->peer < 0 || r->peer >= m.size) return false;
+      const auto p = static_cast<size_t>(r->peer);
+      if (m.completed_with_when_cancel_gave_up[p] != m.completed_with[p]) return false;
+    }
+    return true;
+  };
   auto unreported = [&] {
     size_t n = 0;
-    for (const Request* r : out) n += r->posted - r->completed - r->failed;
+    for (const Request* r : out) n += unreported_of(r);
     return n;
   };
-  for (impl_->drive(); unreported() > 0 && Clock::now() < give_up; impl_->drive())
+  const Clock::time_point short_give_up = std::min(give_up, Clock::now() + kAfterGivingUp);
+  auto deadline = [&] { return silent_since_giving_up() ? short_give_up : give_up; };
+  for (m.drive(); unreported() > 0 && Clock::now() < deadline(); m.drive())
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   if (const size_t n = unreported(); n > 0) {
-    impl_->transfers_when_cancel_gave_up = impl_->transfers_completed;
+    m.cancels_unreported += n;
+    for (const Request* r : out)
+      if (unreported_of(r) > 0 && r->peer >= 0 && r->peer < m.size)
+        m.completed_with_when_cancel_gave_up[static_cast<size_t>(r->peer)] = m.completed_with[static_cast<size_t>(r->peer)];
     SMDDP_LOG(WARN, impl_->rank) << "libfabric (" << impl_->provider << ") did not report " << n
                                  << " cancelled operation(s) in time; their buffers may still be written";
   }
