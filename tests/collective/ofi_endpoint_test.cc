@@ -363,7 +363,14 @@ TEST(OfiEndpoint, ACancelAfterOneThatGaveUpStillWaitsForALivePeersTransfer) {
       const auto t0 = Clock::now();
       ep.cancel(h1);
       const auto t1 = Clock::now();
-      ep.cancel(h2);
+      // Finished during rank 1's cancel (a slow start of this rank): nothing left to tell.
+      if (ep.test(h2)) {
+        rep.record("skipped", "rank_2's_message_ended_before_its_cancel");
+        store->set("finished", {1});
+        return;
+      }
+      // A budget of its own, far past the message's end, that the 10 ms cannot be mistaken for.
+      ep.cancel({h2}, Clock::now() + std::chrono::seconds(5));
       const auto t2 = Clock::now();
       const auto ms = [](Clock::duration d) { return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()); };
       rep.record("cancel_ms", ms(t1 - t0) + "," + ms(t2 - t1));
@@ -393,6 +400,8 @@ TEST(OfiEndpoint, ACancelAfterOneThatGaveUpStillWaitsForALivePeersTransfer) {
     if (rank == 1) ep.cancel(h);
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
+  for (const auto& [key, why] : res.ranks[0].records)
+    if (key == "skipped") GTEST_SKIP() << why;
   print_records(res, "cancel_ms");
 }
 

@@ -54,8 +54,8 @@ Endpoint::Endpoint(Store& store, int rank, int size, int local_rank, std::chrono
   m.rank = rank;
   m.size = size;
   if (size >= (1 << kRankBits)) throw InvalidArgument("smddp: the libfabric transport supports up to 65535 ranks");
-  m.completed_with.resize(static_cast<size_t>(size));
-  m.completed_with_when_cancel_gave_up.resize(static_cast<size_t>(size));
+  m.heard_from.resize(static_cast<size_t>(size));
+  m.cancel_gave_up_on.resize(static_cast<size_t>(size));
   std::vector<std::string> candidates;
   std::string forced = config::get_string("SMDDP_OFI_PROVIDER");
   if (forced.empty() && std::getenv("FI_PROVIDER")) forced = std::getenv("FI_PROVIDER");

@@ -105,9 +105,9 @@ class Endpoint {
   // are cancelled and an RMA receive's buffer loses its remote access, and it returns once
   // libfabric has reported every one of them, so nothing lands in the buffer afterwards, which
   // the caller may free. At most 1 s (an operation cut by a link that went down never reports:
-  // a warning says so); 10 ms once a cancel gave up so and no transfer has completed since, so
-  // that N requests failing one after another do not take N seconds. Harmless on a finished
-  // request.
+  // a warning says so); 10 ms for requests with a peer on which a cancel gave up so after they
+  // were made, while nothing was heard from that peer since, so that N requests failing one
+  // after another do not take N seconds. Harmless on a finished request.
   void cancel(const Handle& h);
   // The same for several requests, waiting for all of them at once, until `give_up` at most (a
   // failed collective's transfers share one: Context::cancels_give_up).

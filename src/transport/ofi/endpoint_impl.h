@@ -11,6 +11,7 @@
 #include <rdma/fi_tagged.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -74,6 +75,7 @@ struct Endpoint::Request {
   bool check_tag = false;
   uint32_t caller_tag = 0;
   uint32_t order = 0;  // a receive from any rank: the number of the message it took
+  uint64_t made = 0;   // its place among the process's requests (requests_made()): cancel()
   bool done() const {
     if (!error.empty()) return true;
     if (rma && !is_send) return ticket_sent && remote_done == nchunks;
@@ -86,8 +88,15 @@ struct Endpoint::Request {
   }
 };
 
+// Requests made so far in this process, numbered in order (Request::made).
+inline std::atomic<uint64_t>& requests_made() {
+  static std::atomic<uint64_t> n{0};
+  return n;
+}
+
 inline std::shared_ptr<Endpoint::Request> make_request(Endpoint::Request proto, size_t max_msg) {
   auto r = std::make_shared<Endpoint::Request>(std::move(proto));
+  r->made = requests_made().fetch_add(1, std::memory_order_relaxed) + 1;
   r->nchunks = std::max<size_t>(1, (r->bytes + max_msg - 1) / max_msg);
   if (r->nchunks > kMaxChunks)
     throw InvalidArgument("smddp: a message of " + std::to_string(r->bytes) + " bytes is too large for the libfabric " +
@@ -111,13 +120,18 @@ struct Endpoint::Impl {
   // Entries read from cq so far: a sleep blocks only if its readiness check read none, since
   // one read there may have completed an op polled before the read (it would not wake anyone).
   size_t completions_read = 0;
-  // Per peer (size of them): entries read that moved data to or from it (not an error or a
-  // cancellation's report), its sign of life; and that count when a cancel last gave up waiting
-  // for the reports of its transfers (Endpoint::cancel).
-  std::vector<size_t> completed_with;
-  std::vector<std::optional<size_t>> completed_with_when_cancel_gave_up;
-  void count_completion(int peer) {
-    if (peer >= 0 && static_cast<size_t>(peer) < completed_with.size()) ++completed_with[static_cast<size_t>(peer)];
+  // Per peer (size of them): entries read that moved data to or from it, or reported an error
+  // other than a cancellation's (its sign of life: a cancellation's report is the provider's, not
+  // the link's); and, when a cancel last gave up waiting for the reports of its transfers, that
+  // count and the requests made by then (Endpoint::cancel).
+  struct GaveUp {
+    size_t heard = 0;
+    uint64_t made = 0;
+  };
+  std::vector<size_t> heard_from;
+  std::vector<std::optional<GaveUp>> cancel_gave_up_on;
+  void count_sign_of_life(int peer) {
+    if (peer >= 0 && static_cast<size_t>(peer) < heard_from.size()) ++heard_from[static_cast<size_t>(peer)];
   }
   FidOwner<fid_av> av;
   FidOwner<fid_ep> ep;
@@ -345,6 +359,7 @@ struct Endpoint::Impl {
         } else if (err.op_context) {
           Request* r = reinterpret_cast<ChunkCtx*>(err.op_context)->req;
           r->failed++;
+          if (err.err != FI_ECANCELED) count_sign_of_life(r->peer);
           if (err.err == FI_ETRUNC && !r->is_send) {  // the sender's message is larger
             // (A provider that leaves the entry's tag unset leaves it 0: then only the size is known.)
             if (!(err.tag && tag_disagrees(*r, err.tag)))
@@ -377,7 +392,7 @@ struct Endpoint::Impl {
           if (it != rma_targets.end())
             if (auto r = it->second.lock()) {
               r->remote_done++;
-              count_completion(r->peer);
+              count_sign_of_life(r->peer);
             }
           continue;
         }
@@ -387,7 +402,7 @@ struct Endpoint::Impl {
           c->req->peer = sender_of(wire(e[k].tag));
           c->req->order = p2p_order_of(wire(e[k].tag));
         }
-        count_completion(c->req->peer);
+        count_sign_of_life(c->req->peer);
         if ((e[k].flags & FI_RECV) && c->req->error.empty() && !tag_disagrees(*c->req, e[k].tag))
           check_length(*c->req, *c, e[k].len, e[k].tag);
       }

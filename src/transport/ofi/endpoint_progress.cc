@@ -76,14 +76,15 @@ void Endpoint::cancel(const std::vector<Handle>& hs, Clock::time_point give_up) 
   // about to raise must not wait for it long; that is said, since its buffer may be written if
   // the link comes back while the endpoint lives. Between reads it sleeps a little: ranks that
   // failed together must not spin each other off the cores they need to say why.
-  // Once a cancel gave up so on a peer's transfers, while nothing has moved to or from that peer
-  // since (it showed no sign of life: cancellations' own reports are the provider's, not the
-  // link's), the next cancels whose every unreported transfer is with such a peer wait 10 ms at
-  // most: ops that fail one after another (a destruction or an abort failing each send and
-  // receive in flight, each cancelling its own) would otherwise wait a budget each for reports
-  // that most likely will not come either, N seconds for N of them. A transfer with a peer that
-  // is alive (it moved data meanwhile), or with any rank, keeps the whole budget, and so does the
-  // wait once such a peer moves data during it.
+  // Once a cancel gave up so on a peer's transfers, the next cancels whose every unreported
+  // transfer is with such a peer, made before that give-up, wait 10 ms at most while nothing was
+  // heard from the peer since (no data, no error but a cancellation's report): ops that fail one
+  // after another (a destruction or an abort failing each send and receive in flight, each
+  // cancelling its own) would otherwise wait a budget each for reports that most likely will not
+  // come either, N seconds for N of them. A transfer with a peer heard from meanwhile, with any
+  // rank, or made since, keeps the whole budget, and so does the wait once such a peer is heard
+  // from during it. (A live peer's one slow chunk, as large as SMDDP_OFI_MAX_MESSAGE, is not
+  // heard from until it ends: made before the give-up, its cancel gets the 10 ms too.)
   constexpr auto kAfterGivingUp = std::chrono::milliseconds(10);
   Impl& m = *impl_;
   auto unreported_of = [](const Request* r) { return r->posted - r->completed - r->failed; };
@@ -92,7 +93,8 @@ void Endpoint::cancel(const std::vector<Handle>& hs, Clock::time_point give_up) 
       if (unreported_of(r) == 0) continue;
       if (r->peer < 0 || r->peer >= m.size) return false;
       const auto p = static_cast<size_t>(r->peer);
-      if (m.completed_with_when_cancel_gave_up[p] != m.completed_with[p]) return false;
+      const auto& mark = m.cancel_gave_up_on[p];
+      if (!mark || r->made > mark->made || m.heard_from[p] != mark->heard) return false;
     }
     return true;
   };
@@ -107,9 +109,10 @@ void Endpoint::cancel(const std::vector<Handle>& hs, Clock::time_point give_up) 
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   if (const size_t n = unreported(); n > 0) {
     m.cancels_unreported += n;
+    const uint64_t made = requests_made().load(std::memory_order_relaxed);
     for (const Request* r : out)
       if (unreported_of(r) > 0 && r->peer >= 0 && r->peer < m.size)
-        m.completed_with_when_cancel_gave_up[static_cast<size_t>(r->peer)] = m.completed_with[static_cast<size_t>(r->peer)];
+        m.cancel_gave_up_on[static_cast<size_t>(r->peer)] = Impl::GaveUp{m.heard_from[static_cast<size_t>(r->peer)], made};
     SMDDP_LOG(WARN, impl_->rank) << "libfabric (" << impl_->provider << ") did not report " << n
                                  << " cancelled operation(s) in time; their buffers may still be written";
   }
