@@ -202,16 +202,17 @@ TEST(Waiting, WorkForTheIdleHookThatCameJustBeforeASleepIsPolledAtOnce) {
       bool knocked = false, polled = false;
       int64_t knocked_ns = 0, polled_ns = 0;
       if (rank == 0) {
-        const auto news = [&] { return knocked && !polled; };
+        // (Copied into the hook and gate: the hooks outlive this block.)
+        const auto news = [&knocked, &polled] { return knocked && !polled; };
         g.set_idle_hook(
-            [&] {
+            [&, news] {
               if (news()) {
                 polled = true;
                 polled_ns = monotonic_ns();
               }
               return false;
             },
-            [&] {
+            [&, news] {
               if (knocked) return news();
               knocked = true;
               knocked_ns = monotonic_ns();
