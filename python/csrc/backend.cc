@@ -127,18 +127,22 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::endCoalescing() {
   std::vector<at::Tensor> outputs;
   for (auto& w : works)
     for (auto& t : w->result()) outputs.push_back(t);
-  auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));  // rare path
+  // The future names the outputs' GPUs, as each work's does: made without them, c10's Future
+  // takes CUDA tensors unchecked and records no events for them (nothing read early, since the
+  // data had landed, but the one future that broke torch's contract for CUDA values).
+  const std::vector<c10::Device> devices = cuda_devices_of(outputs);
+  auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
   if (works.empty()) {
-    fut->markCompleted(c10::IValue(outputs));
+    complete_future(*fut, outputs, devices);
     return ::c10d::Work::create_from_future(fut);
   }
   auto remaining = std::make_shared<std::atomic<size_t>>(works.size());
   for (auto& w : works) {
-    w->getFuture()->addCallback([remaining, fut, outputs](c10::ivalue::Future& f) {
+    w->getFuture()->addCallback([remaining, fut, outputs, devices](c10::ivalue::Future& f) {
       if (f.hasError()) {
         if (!fut->completed()) fut->setErrorIfNeeded(f.exception_ptr());
       } else if (remaining->fetch_sub(1) == 1 && !fut->completed()) {
-        fut->markCompleted(c10::IValue(outputs));
+        complete_future(*fut, outputs, devices);
       }
     });
   }

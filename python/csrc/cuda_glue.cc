@@ -2,10 +2,32 @@
 // -fsyntax-only against both Debian suites' c10/cuda headers).
 #include "cuda_glue.h"
 
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <array>
+#include <mutex>
+
 namespace smddp::torch_backend {
+
+namespace {
+// smddp's stream of a GPU, made on first use and kept for the process's life, as torch keeps
+// its pool's (destroying it at exit would race the CUDA runtime's own teardown). Non-blocking:
+// it never waits for torch's legacy default stream.
+c10::cuda::CUDAStream smddp_stream(c10::DeviceIndex d) {
+  static std::mutex mu;
+  static std::array<cudaStream_t, C10_COMPILE_TIME_MAX_GPUS> streams{};
+  TORCH_CHECK(d >= 0 && d < C10_COMPILE_TIME_MAX_GPUS, "smddp: CUDA device index ", static_cast<int>(d), " out of range");
+  std::lock_guard<std::mutex> g(mu);
+  cudaStream_t& s = streams[static_cast<size_t>(d)];
+  if (s == nullptr) {
+    c10::cuda::CUDAGuard guard(d);
+    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  }
+  return c10::cuda::getStreamFromExternal(s, d);
+}
+}  // namespace
 
 Memory cuda_memory(const at::Tensor& t) {
   const c10::DeviceIndex d = t.device().index();
@@ -20,12 +42,13 @@ Memory cuda_memory(const at::Tensor& t) {
 void run_on_cuda_device(int device, const std::function<void()>& f) {
   const auto d = static_cast<c10::DeviceIndex>(device);
   c10::cuda::CUDAGuard guard(d);
-  // A stream of torch's pool, not this thread's current one: that is the legacy default stream,
-  // which waits for everything queued on the default stream (the rest of a backward pass) and
-  // would hold the copies, and so this collective's completion and every later one's, behind
-  // it. The collective's results have landed (its stream was synchronised), so the copies need
-  // no order with any other stream.
-  const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, d);
+  // smddp's stream, not this thread's current one: that is the legacy default stream, which
+  // waits for everything queued on the default stream (the rest of a backward pass) and would
+  // hold the copies, and so this collective's completion and every later one's, behind it; nor
+  // one of torch's pool, which round-robins its streams among all takers (FSDP's copy streams
+  // among them). The collective's results have landed (its stream was synchronised), so the
+  // copies need no order with any other stream.
+  const c10::cuda::CUDAStream stream = smddp_stream(d);
   c10::cuda::CUDAStreamGuard on(stream);
   try {
     f();
@@ -38,6 +61,14 @@ void run_on_cuda_device(int device, const std::function<void()>& f) {
     throw;
   }
   stream.synchronize();
+}
+
+void on_smddp_streams(const std::vector<c10::Device>& devices, const std::function<void()>& f) {
+  std::vector<c10::cuda::CUDAStream> streams;
+  streams.reserve(devices.size());
+  for (const c10::Device& d : devices) streams.push_back(smddp_stream(d.index()));
+  c10::cuda::CUDAMultiStreamGuard on(streams);
+  f();
 }
 
 }  // namespace smddp::torch_backend

@@ -9,12 +9,16 @@
 // communication stream waits on it; the host is not blocked at the call). The Work completes
 // once the results have landed in the tensors (its future carries the device, as DDP's comm
 // hooks need); wait() therefore blocks the host until then, which is stricter than NCCL's
-// stream-only wait and never weaker.
+// stream-only wait and never weaker. The backend's own GPU work (copies back, the future's
+// completion events) runs on a stream of smddp's per GPU, never on a stream that holds the
+// caller's work: the thread completing a collective has torch's default stream current (the
+// rest of a backward pass), and torch's pool streams are handed to users too (FSDP's).
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <vector>
 
 #include "smddp/types.h"
 
@@ -23,9 +27,15 @@ namespace smddp::torch_backend {
 // Memory::cuda(device, current stream of that device).
 Memory cuda_memory(const at::Tensor& t);
 
-// Runs `f` with `device` current, on a stream of torch's pool, and returns once the work it
+// Runs `f` with `device` current, on smddp's stream of that GPU, and returns once the work it
 // queued there has finished (also when `f` throws): completion must mean landed, since the
 // caller's stream is not ordered after it.
 void run_on_cuda_device(int device, const std::function<void()>& f);
+
+// Runs `f` with smddp's stream current on each of `devices`: a future completed in `f` records
+// its CUDA events there, after nothing but the backend's own (landed) copies, so that whoever
+// waits on the future (`fut.wait()`, a `then` callback: DDP's comm hooks) waits for the
+// collective alone, not for what the completing thread's current stream holds.
+void on_smddp_streams(const std::vector<c10::Device>& devices, const std::function<void()>& f);
 
 }  // namespace smddp::torch_backend

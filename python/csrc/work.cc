@@ -2,7 +2,28 @@
 
 #include <algorithm>
 
+#ifdef SMDDP_TORCH_CUDA
+#include "cuda_glue.h"
+#endif
+
 namespace smddp::torch_backend {
+
+std::vector<c10::Device> cuda_devices_of(const std::vector<at::Tensor>& tensors) {
+  std::vector<c10::Device> devices;
+  for (const auto& t : tensors)
+    if (t.defined() && t.device().is_cuda() && std::find(devices.begin(), devices.end(), t.device()) == devices.end())
+      devices.push_back(t.device());
+  return devices;
+}
+
+void complete_future(c10::ivalue::Future& fut, const std::vector<at::Tensor>& outputs,
+                     const std::vector<c10::Device>& devices) {
+#ifdef SMDDP_TORCH_CUDA
+  if (!devices.empty()) return on_smddp_streams(devices, [&] { fut.markCompleted(c10::IValue(outputs)); });
+#endif
+  (void)devices;
+  fut.markCompleted(c10::IValue(outputs));
+}
 
 SmddpWork::SmddpWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> finalize,
                      std::vector<at::Tensor> keep_alive, uint64_t seq)
@@ -10,14 +31,8 @@ SmddpWork::SmddpWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outp
       outputs_(std::move(outputs)),
       finalize_(std::move(finalize)),
       keep_alive_(std::move(keep_alive)),
-      seq_(seq) {
-  // A future holding CUDA tensors must name their devices (c10's Future checks), so that a
-  // callback chained on it (DDP's comm hooks) is ordered after the data.
-  for (auto& t : outputs_)
-    if (t.defined() && t.device().is_cuda() &&
-        std::find(devices_.begin(), devices_.end(), t.device()) == devices_.end())
-      devices_.push_back(t.device());
-}
+      seq_(seq),
+      devices_(cuda_devices_of(outputs_)) {}
 
 namespace {
 const c10::TypePtr& tensor_list_type() {
@@ -36,7 +51,7 @@ c10::intrusive_ptr<c10::ivalue::Future> SmddpWork::getFuture() {
     future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type(), devices_);
     if (done_) {
       if (first_error_) future_->setError(first_error_);
-      else future_->markCompleted(c10::IValue(outputs_));
+      else complete_future(*future_, outputs_, devices_);
     }
   }
   return future_;
@@ -121,7 +136,7 @@ void SmddpWork::one_done(std::exception_ptr e) {
   finish(err);
   if (fut) {
     if (err) fut->setError(err);
-    else fut->markCompleted(c10::IValue(outputs_));
+    else complete_future(*fut, outputs_, devices_);
   }
 }
 

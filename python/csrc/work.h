@@ -14,6 +14,15 @@
 
 namespace smddp::torch_backend {
 
+// The CUDA devices of `tensors`, each once: a future holding CUDA tensors must name them (c10's
+// Future checks), so that a callback chained on it (DDP's comm hooks) is ordered after the data.
+std::vector<c10::Device> cuda_devices_of(const std::vector<at::Tensor>& tensors);
+
+// Completes `fut` with `outputs`, whose data has landed; on CUDA devices its events are recorded
+// on smddp's streams (cuda_glue.h), not on this thread's current ones.
+void complete_future(c10::ivalue::Future& fut, const std::vector<at::Tensor>& outputs,
+                     const std::vector<c10::Device>& devices);
+
 class SmddpWork final : public ::c10d::Work {
  public:
   // `finalize` runs once all `ops` succeeded (on the thread that completes the last one),

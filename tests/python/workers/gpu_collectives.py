@@ -4,11 +4,12 @@ local reference), broadcast, reduce, all_gather(_into_tensor), reduce_scatter(_t
 scatter, all_to_all(_single) with uneven splits, send/recv (a ring, any source), the coalesced
 forms, a non-contiguous tensor, stream order (the input still being written on the caller's
 stream at the call: a side stream, and torch's default stream), an unawaited work, the future's
-device (DDP's comm hooks), and DDP and FSDP2 with CUDA tensors against the same training on CPU
-over gloo.
+device (DDP's comm hooks) and its events not behind the default stream, and DDP and FSDP2 with
+CUDA tensors against the same training on CPU over gloo.
 Ranks share the GPUs there are."""
 import datetime
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -182,6 +183,31 @@ check("stream order on the default stream", same(d.cpu(), torch.full((1 << 20,),
 f = dist.all_reduce(torch.ones(3, device=dev), async_op=True).get_future()
 v = f.wait()[0]
 check("future value on the GPU", v.device == dev and same(v.cpu(), torch.full((3,), float(world)), True), str(v))
+
+# the future's CUDA events follow the collective alone: the thread that completes it has torch's
+# default stream current, and work queued there (here ~2 s of sleep, issued before the call; in
+# training the rest of the backward pass) must not hold a consumer ordered after the future.
+# The collective itself runs on a side stream, so it is not ordered after the sleep.
+torch.cuda.synchronize(dev)
+torch.cuda._sleep(4_000_000_000)  # GPU cycles on the default stream: about 2 s
+side = torch.cuda.Stream(device=dev)
+with torch.cuda.stream(side):
+    fw = dist.all_reduce(torch.ones(1024, device=dev), async_op=True)
+fut = fw.get_future()  # outside the side stream: a future completed here sees the default stream
+fw.wait()
+consumer = torch.cuda.Stream(device=dev)
+with torch.cuda.stream(consumer):
+    fut.wait()
+ready = torch.cuda.Event()
+ready.record(consumer)
+t0 = time.monotonic()
+while not ready.query() and time.monotonic() - t0 < 30:
+    time.sleep(0.001)
+behind = time.monotonic() - t0
+default_busy = not torch.cuda.default_stream(dev).query()
+check("the future does not wait for the default stream", ready.query() and default_busy,
+      f"a consumer of the future was ready after {behind:.3f} s, the default stream still busy: {default_busy}")
+torch.cuda.synchronize(dev)
 
 # an unawaited work: the tensor is kept alive and the next collective is ordered after it
 t = torch.ones(1 << 20, device=dev)
