@@ -2,6 +2,9 @@
 // send/recv, barriers.
 #include "backend.h"
 #include "tensor_args.h"
+#ifdef SMDDP_TORCH_CUDA
+#include "cuda_glue.h"
+#endif
 
 namespace smddp::torch_backend {
 
@@ -363,6 +366,11 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::recvAnysource(std::vector<at
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::barrier(const ::c10d::BarrierOptions& opts) {
   return guarded("barrier", opts, [&] {
+#ifdef SMDDP_TORCH_CUDA
+    // On the caller's thread, before the host barrier (cuda_glue.h): async_op=True blocks here
+    // for the GPU's queued work, where NCCL's would block in wait().
+    drain_streams_before_barrier(opts.device_ids, getBoundDeviceId());
+#endif
     Pending p;
     p.ops.push_back(comm_->barrier(opts.timeout.count() > 0 ? opts.timeout : std::chrono::milliseconds(0)));
     return finish(::c10d::OpType::BARRIER, std::move(p));

@@ -3,6 +3,7 @@
 #include "cuda_glue.h"
 
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -69,6 +70,20 @@ void on_smddp_streams(const std::vector<c10::Device>& devices, const std::functi
   for (const c10::Device& d : devices) streams.push_back(smddp_stream(d.index()));
   c10::cuda::CUDAMultiStreamGuard on(streams);
   f();
+}
+
+void drain_streams_before_barrier(const std::vector<int64_t>& device_ids, const std::optional<c10::Device>& bound) {
+  std::vector<c10::DeviceIndex> gpus;
+  for (int64_t id : device_ids) gpus.push_back(static_cast<c10::DeviceIndex>(id));
+  if (gpus.empty() && bound && bound->is_cuda() && bound->has_index()) gpus.push_back(bound->index());
+  if (gpus.empty() && c10::cuda::device_count() > 0) {
+    const c10::DeviceIndex current = c10::cuda::current_device();
+    if (c10::cuda::hasPrimaryContext(current)) gpus.push_back(current);
+  }
+  for (c10::DeviceIndex d : gpus) {
+    c10::cuda::CUDAGuard guard(d);
+    c10::cuda::getCurrentCUDAStream(d).synchronize();
+  }
 }
 
 }  // namespace smddp::torch_backend

@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "smddp/types.h"
@@ -37,5 +38,14 @@ void run_on_cuda_device(int device, const std::function<void()>& f);
 // waits on the future (`fut.wait()`, a `then` callback: DDP's comm hooks) waits for the
 // collective alone, not for what the completing thread's current stream holds.
 void on_smddp_streams(const std::vector<c10::Device>& devices, const std::function<void()>& f);
+
+// barrier() orders GPU work as NCCL's does (its barrier is an allreduce queued on the current
+// stream, whose wait synchronises that stream): before a rank enters the host barrier, its
+// current stream on its GPU drains, so that on return the work every rank queued there before
+// the call is done (timing code and checkpointing read results after a barrier). Its GPU:
+// `device_ids` (barrier(device_ids=...)), else `bound` (init_process_group(device_id=...)),
+// else the current device where this process already has a CUDA context; without one (a CPU
+// job with a CUDA torch) nothing is ordered and no context is made.
+void drain_streams_before_barrier(const std::vector<int64_t>& device_ids, const std::optional<c10::Device>& bound);
 
 }  // namespace smddp::torch_backend

@@ -4,8 +4,8 @@ local reference), broadcast, reduce, all_gather(_into_tensor), reduce_scatter(_t
 scatter, all_to_all(_single) with uneven splits, send/recv (a ring, any source), the coalesced
 forms, a non-contiguous tensor, stream order (the input still being written on the caller's
 stream at the call: a side stream, and torch's default stream), an unawaited work, the future's
-device (DDP's comm hooks) and its events not behind the default stream, and DDP and FSDP2 with
-CUDA tensors against the same training on CPU over gloo.
+device (DDP's comm hooks) and its events not behind the default stream, barrier draining the
+caller's stream, and DDP and FSDP2 with CUDA tensors against the same training on CPU over gloo.
 Ranks share the GPUs there are."""
 import datetime
 import os
@@ -208,6 +208,13 @@ default_busy = not torch.cuda.default_stream(dev).query()
 check("the future does not wait for the default stream", ready.query() and default_busy,
       f"a consumer of the future was ready after {behind:.3f} s, the default stream still busy: {default_busy}")
 torch.cuda.synchronize(dev)
+
+# barrier orders the GPU as NCCL's does: on return, the work the caller queued on its current
+# stream before the call is done (about 1 s of sleep here), on every rank
+torch.cuda._sleep(2_000_000_000)
+dist.barrier()
+check("barrier drains the caller's stream", torch.cuda.current_stream(dev).query(),
+      "the current stream still ran its work after barrier() returned")
 
 # an unawaited work: the tensor is kept alive and the next collective is ordered after it
 t = torch.ones(1 << 20, device=dev)
