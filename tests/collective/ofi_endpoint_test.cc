@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <numeric>
@@ -369,9 +370,30 @@ TEST(OfiEndpoint, ACancelAfterOneThatGaveUpStillWaitsForALivePeersTransfer) {
       const auto until = Clock::now() + std::chrono::milliseconds(600);
       while (Clock::now() < until) ep.progress();
       if (ep.test(h2)) rep.fail("rank 2's 10 MiB arrived within 600 ms: the links are not capped");
+      // Meanwhile another thread drives the endpoint (a transfer beside the failing one): the
+      // cancel's wait for reports must not hold it off for its whole budget.
+      std::atomic<bool> cancelling{true};
+      Clock::duration longest_test{0};
+      std::thread beside([&] {
+        while (cancelling.load()) {
+          const auto b = Clock::now();
+          try {
+            (void)ep.test(h2);
+          } catch (const Error&) {  // rank 2's message failed: the checks below say so
+          }
+          longest_test = std::max(longest_test, Clock::now() - b);
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      });
       const auto t0 = Clock::now();
       ep.cancel(h1);
       const auto t1 = Clock::now();
+      cancelling = false;
+      beside.join();
+      if (longest_test > std::chrono::milliseconds(200))
+        rep.fail("a test() beside the cancel waited " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(longest_test).count()) +
+                 " ms: the cancel held the endpoint while it slept");
       // Finished during rank 1's cancel (a slow start of this rank): nothing left to tell.
       if (ep.test(h2)) {
         rep.record("skipped", "rank_2's_message_ended_before_its_cancel");

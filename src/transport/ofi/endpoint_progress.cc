@@ -55,7 +55,7 @@ bool Endpoint::test(const Handle& h) {
 void Endpoint::cancel(const Handle& h) { cancel(std::vector<Handle>{h}, Clock::now() + std::chrono::seconds(1)); }
 
 void Endpoint::cancel(const std::vector<Handle>& hs, Clock::time_point give_up) {
-  std::lock_guard<std::mutex> g(impl_->mu);
+  std::unique_lock<std::mutex> g(impl_->mu);
   std::vector<Request*> out;
   for (const Handle& h : hs) {
     Request& r = *h;
@@ -105,8 +105,14 @@ void Endpoint::cancel(const std::vector<Handle>& hs, Clock::time_point give_up) 
   };
   const Clock::time_point short_give_up = std::min(give_up, Clock::now() + kAfterGivingUp);
   auto deadline = [&] { return silent_since_giving_up() ? short_give_up : give_up; };
-  for (m.drive(); unreported() > 0 && Clock::now() < deadline(); m.drive())
+  // The lock is let go for the sleeps: another thread's transfers on this endpoint (a send or
+  // receive beside the failing collective) must not stall for the whole budget. `hs` holds the
+  // requests meanwhile; whoever drives may complete them, which the next look counts.
+  for (m.drive(); unreported() > 0 && Clock::now() < deadline(); m.drive()) {
+    g.unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(100));
+    g.lock();
+  }
   if (const size_t n = unreported(); n > 0) {
     m.cancels_unreported += n;
     const uint64_t made = requests_made().load(std::memory_order_relaxed);
