@@ -2,6 +2,7 @@
 // send/recv, barriers.
 #include "backend.h"
 #include "tensor_args.h"
+#include "torch_compat.h"
 #ifdef SMDDP_TORCH_CUDA
 #include "cuda_glue.h"
 #endif
@@ -369,7 +370,11 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::barrier(const ::c10d::Barrie
 #ifdef SMDDP_TORCH_CUDA
     // On the caller's thread, before the host barrier (cuda_glue.h): async_op=True blocks here
     // for the GPU's queued work, where NCCL's would block in wait().
+#if SMDDP_TORCH_AT_LEAST(2, 6)
     drain_streams_before_barrier(opts.device_ids, getBoundDeviceId());
+#else  // (Backend's bound device, a std::optional, is known here from 2.6, the oldest torch built)
+    drain_streams_before_barrier(opts.device_ids, std::nullopt);
+#endif
 #endif
     Pending p;
     p.ops.push_back(comm_->barrier(opts.timeout.count() > 0 ? opts.timeout : std::chrono::milliseconds(0)));

@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <array>
+#include <atomic>
 #include <mutex>
 
 namespace smddp::torch_backend {
@@ -28,6 +29,12 @@ c10::cuda::CUDAStream smddp_stream(c10::DeviceIndex d) {
   }
   return c10::cuda::getStreamFromExternal(s, d);
 }
+
+// The GPUs whose tensors this process's smddp collectives have taken (cuda_memory), for the
+// barrier, as ProcessGroupNCCL keeps its usedDeviceIdxs_: the current device says nothing (a
+// rank may use cuda:N without set_device), and asking for it would start the CUDA driver in a
+// job that never used CUDA.
+std::array<std::atomic<bool>, C10_COMPILE_TIME_MAX_GPUS> used_gpus{};
 }  // namespace
 
 Memory cuda_memory(const at::Tensor& t) {
@@ -37,6 +44,7 @@ Memory cuda_memory(const at::Tensor& t) {
   // stream means "the inputs are ready", so name it explicitly: the collective must still wait
   // for what the caller queued there (our stream is non-blocking, so it would not otherwise).
   if (s == nullptr) s = cudaStreamLegacy;
+  if (d >= 0 && d < C10_COMPILE_TIME_MAX_GPUS) used_gpus[static_cast<size_t>(d)].store(true, std::memory_order_relaxed);
   return Memory::cuda(d, static_cast<void*>(s));
 }
 
@@ -74,15 +82,20 @@ void on_smddp_streams(const std::vector<c10::Device>& devices, const std::functi
 
 void drain_streams_before_barrier(const std::vector<int64_t>& device_ids, const std::optional<c10::Device>& bound) {
   std::vector<c10::DeviceIndex> gpus;
-  for (int64_t id : device_ids) gpus.push_back(static_cast<c10::DeviceIndex>(id));
-  if (gpus.empty() && bound && bound->is_cuda() && bound->has_index()) gpus.push_back(bound->index());
-  if (gpus.empty() && c10::cuda::device_count() > 0) {
-    const c10::DeviceIndex current = c10::cuda::current_device();
-    if (c10::cuda::hasPrimaryContext(current)) gpus.push_back(current);
+  for (int64_t id : device_ids) {
+    TORCH_CHECK(id >= 0 && id < C10_COMPILE_TIME_MAX_GPUS, "smddp: barrier: device_ids holds ", id,
+                ", not a CUDA device index");
+    gpus.push_back(static_cast<c10::DeviceIndex>(id));
   }
+  if (gpus.empty() && bound && bound->is_cuda() && bound->has_index()) gpus.push_back(bound->index());
+  if (gpus.empty())
+    for (size_t d = 0; d < used_gpus.size(); ++d)
+      if (used_gpus[d].load(std::memory_order_relaxed)) gpus.push_back(static_cast<c10::DeviceIndex>(d));
   for (c10::DeviceIndex d : gpus) {
-    c10::cuda::CUDAGuard guard(d);
-    c10::cuda::getCurrentCUDAStream(d).synchronize();
+    // No context on it: nothing was queued there, and making one (the guard's cudaSetDevice)
+    // would cost the GPU's memory and startup for nothing.
+    if (!c10::cuda::hasPrimaryContext(d)) continue;
+    c10::cuda::getCurrentCUDAStream(d).synchronize();  // (on its GPU: CUDAStream sets it)
   }
 }
 

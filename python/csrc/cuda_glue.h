@@ -44,8 +44,9 @@ void on_smddp_streams(const std::vector<c10::Device>& devices, const std::functi
 // current stream on its GPU drains, so that on return the work every rank queued there before
 // the call is done (timing code and checkpointing read results after a barrier). Its GPU:
 // `device_ids` (barrier(device_ids=...)), else `bound` (init_process_group(device_id=...)),
-// else the current device where this process already has a CUDA context; without one (a CPU
-// job with a CUDA torch) nothing is ordered and no context is made.
+// else every GPU whose tensors smddp's collectives took in this process (ProcessGroupNCCL's
+// used devices). A GPU without a CUDA context has nothing queued and is skipped, so a CPU job
+// with a CUDA torch neither starts the driver nor makes a context here.
 void drain_streams_before_barrier(const std::vector<int64_t>& device_ids, const std::optional<c10::Device>& bound);
 
 }  // namespace smddp::torch_backend

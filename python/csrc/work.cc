@@ -18,11 +18,19 @@ std::vector<c10::Device> cuda_devices_of(const std::vector<at::Tensor>& tensors)
 
 void complete_future(c10::ivalue::Future& fut, const std::vector<at::Tensor>& outputs,
                      const std::vector<c10::Device>& devices) {
+  // Whatever fails here (smddp's stream cannot be made: a sticky CUDA error, no memory; c10's
+  // checks of the outputs' devices) fails the future rather than leaving it incomplete: the
+  // work has completed already, and whoever waits on the future (DDP's comm hooks) would
+  // otherwise wait forever.
+  try {
 #ifdef SMDDP_TORCH_CUDA
-  if (!devices.empty()) return on_smddp_streams(devices, [&] { fut.markCompleted(c10::IValue(outputs)); });
+    if (!devices.empty()) return on_smddp_streams(devices, [&] { fut.markCompleted(c10::IValue(outputs)); });
 #endif
-  (void)devices;
-  fut.markCompleted(c10::IValue(outputs));
+    (void)devices;
+    fut.markCompleted(c10::IValue(outputs));
+  } catch (...) {
+    fut.setErrorIfNeeded(std::current_exception());
+  }
 }
 
 SmddpWork::SmddpWork(int rank, ::c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> finalize,

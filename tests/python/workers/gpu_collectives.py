@@ -197,7 +197,7 @@ fut = fw.get_future()  # outside the side stream: a future completed here sees t
 fw.wait()
 consumer = torch.cuda.Stream(device=dev)
 with torch.cuda.stream(consumer):
-    fut.wait()
+    doubled = fut.wait()[0] * 2  # the consumer uses the value, ordered after the future
 ready = torch.cuda.Event()
 ready.record(consumer)
 t0 = time.monotonic()
@@ -208,6 +208,7 @@ default_busy = not torch.cuda.default_stream(dev).query()
 check("the future does not wait for the default stream", ready.query() and default_busy,
       f"a consumer of the future was ready after {behind:.3f} s, the default stream still busy: {default_busy}")
 torch.cuda.synchronize(dev)
+check("the future's consumer reads the result", same(doubled.cpu(), torch.full((1024,), 2.0 * world), True))
 
 # barrier orders the GPU as NCCL's does: on return, the work the caller queued on its current
 # stream before the call is done (about 1 s of sleep here), on every rank
@@ -215,6 +216,10 @@ torch.cuda._sleep(2_000_000_000)
 dist.barrier()
 check("barrier drains the caller's stream", torch.cuda.current_stream(dev).query(),
       "the current stream still ran its work after barrier() returned")
+torch.cuda._sleep(2_000_000_000)
+dist.barrier(device_ids=[dev.index])  # the GPU named, not found from the collectives' GPUs
+check("barrier(device_ids=...) drains that GPU's current stream", torch.cuda.current_stream(dev).query(),
+      "the current stream still ran its work after barrier(device_ids=...) returned")
 
 # an unawaited work: the tensor is kept alive and the next collective is ordered after it
 t = torch.ones(1 << 20, device=dev)
