@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <numeric>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -295,6 +298,25 @@ TEST(OfiEndpoint, WorkBesideThatCameJustBeforeASleepIsPolledAtOnce) {
 namespace smddp::testing {
 namespace {
 
+// Bytes this process's network namespace sent over its eth0 (/proc/self/net/dev, per namespace;
+// 0 when it has none): a rank on a netns host reads its own link's counter.
+uint64_t eth0_bytes_sent() {
+  std::ifstream dev("/proc/self/net/dev");
+  std::string line;
+  while (std::getline(dev, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    name.erase(0, name.find_first_not_of(' '));
+    if (name != "eth0") continue;
+    std::istringstream fields(line.substr(colon + 1));
+    uint64_t v = 0, tx_bytes = 0;
+    for (int i = 0; i < 9 && fields >> v; ++i) tx_bytes = v;  // 8 receive columns, then transmit bytes
+    return tx_bytes;
+  }
+  return 0;
+}
+
 // Two pretend hosts x 2 ranks: every rank exchanges with every other over libfabric's tcp
 // provider, and the bytes really cross the hosts' links (veth counters).
 TEST(OfiEndpoint, AcrossNetworkNamespaceHosts) {
@@ -339,9 +361,11 @@ TEST(OfiEndpoint, AcrossNetworkNamespaceHosts) {
 // 10 ms instead of a second each, but only for transfers with a peer that moved nothing since:
 // a matched receive from a live peer still gets the whole budget, or its buffer would be freed
 // while that peer's data still lands in it. Three hosts at 40 Mbit/s: rank 1's link goes down
-// 300 ms into its 8 MiB message, rank 2's 10 MiB message takes about 2.1 s; rank 0 cancels
-// both at 600 ms, rank 1's first (it gives up after 1 s), then rank 2's, which must wait for
-// its message to end (reported) rather than give up after 10 ms.
+// once 1 MiB of its 8 MiB message left it (so the receive is matched: an unmatched one would
+// report its cancel at once), rank 2's 10 MiB message takes about 2.1 s; rank 0 cancels both
+// once rank 1's link is down and 600 ms passed, rank 1's first (it gives up after 1 s), then
+// rank 2's, which must wait for its message to end (reported) rather than give up after 10 ms.
+// (Under TSan rank 1 once started so late that a fixed 600 ms cancelled its receive unmatched.)
 TEST(OfiEndpoint, ACancelAfterOneThatGaveUpStillWaitsForALivePeersTransfer) {
   NetnsHosts hosts(3, "40mbit");
   if (!hosts.available()) GTEST_SKIP() << hosts.why_unavailable();
@@ -367,9 +391,18 @@ TEST(OfiEndpoint, ACancelAfterOneThatGaveUpStillWaitsForALivePeersTransfer) {
       auto h1 = ep.recv(1, from1.data(), from1.size(), 1);
       auto h2 = ep.recv(2, from2.data(), from2.size(), 2);
       store->set("posted", {1});
-      const auto until = Clock::now() + std::chrono::milliseconds(600);
-      while (Clock::now() < until) ep.progress();
-      if (ep.test(h2)) rep.fail("rank 2's 10 MiB arrived within 600 ms: the links are not capped");
+      const auto posted = Clock::now();
+      const auto until = posted + std::chrono::milliseconds(600);
+      while (Clock::now() < until || !store->check("down")) {
+        if (Clock::now() > posted + std::chrono::seconds(20)) return rep.fail("rank 1's link did not go down in 20 s");
+        ep.progress();
+      }
+      if (ep.test(h2)) {
+        if (Clock::now() < posted + std::chrono::milliseconds(700))
+          return rep.fail("rank 2's 10 MiB arrived within 600 ms: the links are not capped");
+        rep.record("skipped", "rank_2's_message_ended_before_rank_1's_link_went_down");
+        return finished();
+      }
       // Meanwhile another thread drives the endpoint (a transfer beside the failing one): the
       // cancel's wait for reports must not hold it off for its whole budget.
       std::atomic<bool> cancelling{true};
@@ -416,13 +449,19 @@ TEST(OfiEndpoint, ACancelAfterOneThatGaveUpStillWaitsForALivePeersTransfer) {
     }
     for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(i * 7 + static_cast<size_t>(rank));
     store->get("posted", std::chrono::seconds(30));
+    const uint64_t before = eth0_bytes_sent();
     auto h = ep.send(0, out.data(), bytes, static_cast<uint32_t>(rank));
     if (rank == 2) {
       ep.wait(h, op_with_timeout(std::chrono::seconds(30)));
     } else {
-      const auto until = Clock::now() + std::chrono::milliseconds(300);
-      while (Clock::now() < until) ep.progress();
+      // Down once 1 MiB went: the message is matched and under way.
+      const auto started = Clock::now();
+      while (eth0_bytes_sent() < before + (uint64_t{1} << 20)) {
+        if (Clock::now() > started + std::chrono::seconds(15)) return rep.fail("rank 1 sent less than 1 MiB in 15 s");
+        ep.progress();
+      }
       if (std::system("ip link set eth0 down") != 0) return rep.fail("ip link set eth0 down failed");
+      store->set("down", {1});
     }
     store->get("finished", std::chrono::seconds(30));
     if (rank == 1) ep.cancel(h);
