@@ -124,10 +124,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupSmddp::allgather_coalesced(std::vec
                                 " elements, input " + std::to_string(k) + " has " + std::to_string(inputs[k].numel()));
       }
     }
-    for (auto& t : inputs) check_same_device(t, inputs[0], "allgather_coalesced", getRank());
+    // Every input checked before the first gather is submitted (a sparse third input must not
+    // fail the call after the first two went), as the other coalesced calls do.
+    for (auto& t : inputs) {
+      check_tensor(t, "allgather_coalesced", getRank());
+      check_same_device(t, inputs[0], "allgather_coalesced", getRank());
+    }
     Pending all;
     for (size_t k = 0; k < inputs.size(); ++k) {
-      check_tensor(inputs[k], "allgather_coalesced", getRank());
       at::Tensor flat = at::empty({inputs[k].numel() * getSize()}, inputs[k].options());
       Pending p = allgather_one(flat, inputs[k], "allgather_coalesced");
       std::vector<at::Tensor> outs;
