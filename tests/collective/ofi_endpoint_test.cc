@@ -6,11 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <numeric>
-#include <sstream>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -298,25 +295,6 @@ TEST(OfiEndpoint, WorkBesideThatCameJustBeforeASleepIsPolledAtOnce) {
 namespace smddp::testing {
 namespace {
 
-// Bytes this process's network namespace sent over its eth0 (/proc/self/net/dev, per namespace;
-// 0 when it has none): a rank on a netns host reads its own link's counter.
-uint64_t eth0_bytes_sent() {
-  std::ifstream dev("/proc/self/net/dev");
-  std::string line;
-  while (std::getline(dev, line)) {
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    name.erase(0, name.find_first_not_of(' '));
-    if (name != "eth0") continue;
-    std::istringstream fields(line.substr(colon + 1));
-    uint64_t v = 0, tx_bytes = 0;
-    for (int i = 0; i < 9 && fields >> v; ++i) tx_bytes = v;  // 8 receive columns, then transmit bytes
-    return tx_bytes;
-  }
-  return 0;
-}
-
 // Two pretend hosts x 2 ranks: every rank exchanges with every other over libfabric's tcp
 // provider, and the bytes really cross the hosts' links (veth counters).
 TEST(OfiEndpoint, AcrossNetworkNamespaceHosts) {
@@ -361,8 +339,8 @@ TEST(OfiEndpoint, AcrossNetworkNamespaceHosts) {
 // 10 ms instead of a second each, but only for transfers with a peer that moved nothing since:
 // a matched receive from a live peer still gets the whole budget, or its buffer would be freed
 // while that peer's data still lands in it. Three hosts at 40 Mbit/s: rank 1's link goes down
-// once 1 MiB of its 8 MiB message left it (so the receive is matched: an unmatched one would
-// report its cancel at once), rank 2's 10 MiB message takes about 2.1 s; rank 0 cancels both
+// once it carried 1 MiB of rank 1's 8 MiB message (so the receive is matched: an unmatched one
+// would report its cancel at once), rank 2's 10 MiB message takes about 2.1 s; rank 0 cancels both
 // once rank 1's link is down and 600 ms passed, rank 1's first (it gives up after 1 s), then
 // rank 2's, which must wait for its message to end (reported) rather than give up after 10 ms.
 // (Under TSan rank 1 once started so late that a fixed 600 ms cancelled its receive unmatched.)
@@ -378,7 +356,7 @@ TEST(OfiEndpoint, ACancelAfterOneThatGaveUpStillWaitsForALivePeersTransfer) {
   // so nothing here can undo it (docs/transport-between-nodes.md).
   const char* provider = ofi::runtime_version().rfind("1.", 0) == 0 ? "tcp;ofi_rxm" : "tcp";
   ro.env = {{"SMDDP_OFI_PROVIDER", provider}, {"FI_TCP_IFACE", "eth0"}};
-  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+  auto res = run_ranks(3, [&hosts](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     const size_t bytes = rank == 1 ? size_t{8} << 20 : size_t{10} << 20;
     // Made before the endpoint, so they outlive it: a transfer given up on may still land.
     std::vector<uint8_t> from1(rank == 0 ? size_t{8} << 20 : 0), from2(rank == 0 ? size_t{10} << 20 : 0);
@@ -449,14 +427,14 @@ TEST(OfiEndpoint, ACancelAfterOneThatGaveUpStillWaitsForALivePeersTransfer) {
     }
     for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(i * 7 + static_cast<size_t>(rank));
     store->get("posted", std::chrono::seconds(30));
-    const uint64_t before = eth0_bytes_sent();
+    const uint64_t before = rank == 1 ? hosts.bytes_sent(1) : 0;  // its link, before its message
     auto h = ep.send(0, out.data(), bytes, static_cast<uint32_t>(rank));
     if (rank == 2) {
       ep.wait(h, op_with_timeout(std::chrono::seconds(30)));
     } else {
       // Down once 1 MiB went: the message is matched and under way.
       const auto started = Clock::now();
-      while (eth0_bytes_sent() < before + (uint64_t{1} << 20)) {
+      while (hosts.bytes_sent(1) < before + (uint64_t{1} << 20)) {
         if (Clock::now() > started + std::chrono::seconds(15)) return rep.fail("rank 1 sent less than 1 MiB in 15 s");
         ep.progress();
       }
