@@ -88,12 +88,13 @@ struct Context {
     dev.fence();
     shm.arrive();
   }
-  // Waits for this node's ranks to finish the round (shm::Group::wait_all). Across nodes a
-  // failure found here (a node-mate that died or aborted) is published before it unwinds, as a
-  // network wait's is (publish_failure): the unwinding then cancels the transfers still posted.
-  void wait_all() {
+  // Waits for this node's ranks to finish the round, or the round `lag` before it
+  // (shm::Group::wait_all). Across nodes a failure found here (a node-mate that died or
+  // aborted) is published before it unwinds, as a network wait's is (publish_failure): the
+  // unwinding then cancels the transfers still posted.
+  void wait_all(int lag = 0) {
     try {
-      shm.wait_all(op);
+      shm.wait_all(op, lag);
     } catch (...) {
       rethrow_published(publish_failure, std::current_exception());
     }

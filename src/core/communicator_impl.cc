@@ -81,6 +81,19 @@ size_t staging_piece_setting() {
   return static_cast<size_t>(v);
 }
 
+// Rounds the staged allreduce may run ahead of a late node-mate; each costs every rank two more
+// staging slots. auto: one where the ranks outnumber the cores, where every wait is for a rank
+// that may not be running (docs/performance.md); none with a core per rank, where the slack
+// measured a few percent and the node's /dev/shm would hold half as many communicators.
+int shm_ahead_setting(bool oversubscribed) {
+  if (config::get_string("SMDDP_SHM_AHEAD") == "auto") return oversubscribed ? 1 : 0;
+  const int64_t v = config::get_int("SMDDP_SHM_AHEAD");
+  if (v < 0 || v > 7)
+    throw InvalidArgument("smddp: SMDDP_SHM_AHEAD=" + config::get_string("SMDDP_SHM_AHEAD") +
+                          " is out of range (0 to 7 rounds)");
+  return static_cast<int>(v);
+}
+
 shm::GroupConfig group_config(bool oversubscribed, bool let_peers_read) {
   shm::GroupConfig c;
   c.let_peers_read = let_peers_read;
@@ -90,6 +103,7 @@ shm::GroupConfig group_config(bool oversubscribed, bool let_peers_read) {
   c.slot_bytes = config::get_string("SMDDP_SHM_CHUNK") == "auto"
                      ? (oversubscribed ? size_t{1} << 20 : size_t{256} << 10)
                      : segment_size_setting("SMDDP_SHM_CHUNK");
+  c.slot_parts = shm_ahead_setting(oversubscribed) + 1;
   c.fifo_bytes = segment_size_setting("SMDDP_SHM_FIFO");
   c.spin = static_cast<int>(config::get_int("SMDDP_SPIN"));
   c.move_off_shared_cpu = config::get_bool("SMDDP_MOVE_OFF_SHARED_CPU");
@@ -623,7 +637,7 @@ device::Device& CommunicatorImpl::device_for(const Memory& m) {
   if (!slots_for_cuda_.tried) {
     slots_for_cuda_.tried = true;
     void* base = shm_->slot(0, 0);
-    const size_t bytes = 2 * static_cast<size_t>(shm_->size()) * shm_->slot_bytes();
+    const size_t bytes = shm_->all_slots_bytes();
     if (device::cuda_register_host(base, bytes)) slots_for_cuda_.base = base;
     SMDDP_LOG(INFO, rank_) << "staging slots (" << bytes << " bytes) "
                            << (slots_for_cuda_.base ? "page-locked for CUDA" : "not page-locked: CUDA declined");

@@ -84,16 +84,16 @@ void run_algorithm_case(algorithms::Context& ctx, Arena& arena, const algorithms
   }
 }
 
-// Every node algorithm of the registry at a few counts (one element; under a chunk; several
-// chunks of a 4 KiB slot). Returns how many algorithms ran.
+// Every node algorithm of the registry at a few counts (by default one element; under a chunk;
+// several chunks of a 4 KiB slot). Returns how many algorithms ran.
 template <class Arena>
 int run_every_node_algorithm(shm::Group& g, device::Device& dev, Arena& arena, device::PeerWindows* windows,
-                             Report& rep) {
+                             Report& rep, std::vector<size_t> counts = {1, 300, 2500}) {
   algorithms::ScratchPool scratch;
   int ran = 0;
   for (const auto& algo : algorithms::all()) {
     if (algo.scope != algorithms::Scope::node) continue;
-    for (size_t count : {size_t{1}, size_t{300}, size_t{2500}}) {
+    for (size_t count : counts) {
       OpInfo op;
       op.name = algorithms::to_string(algo.kind);
       op.rank = g.rank(), op.size = g.size(), op.timeout = std::chrono::seconds(60);

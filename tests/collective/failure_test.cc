@@ -444,7 +444,9 @@ TEST(Failure, DevShmWithoutRoomIsAClearError) {
     // Smaller slots fit and the collectives run; then a FIFO of 1 MiB does not fit, and both
     // ends of a send fail, naming it.
     RunOptions small;
-    small.env = {{"SMDDP_SHM_CHUNK", "64k"}, {"SMDDP_SHM_FIFO", "1m"}};
+    // SMDDP_SHM_AHEAD=0: the sizes here are lock-step's two slots per rank (its auto doubles
+    // them where ranks outnumber cores, as on a 2-core CI machine).
+    small.env = {{"SMDDP_SHM_CHUNK", "64k"}, {"SMDDP_SHM_FIFO", "1m"}, {"SMDDP_SHM_AHEAD", "0"}};
     res = run_ranks(
         2,
         [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
@@ -469,7 +471,7 @@ TEST(Failure, DevShmWithoutRoomIsAClearError) {
     // Room for one 512 KiB ring: a receive from any rank reserves none (it reads the control
     // pages, reserved at setup), so the one sender's ring fits and its message arrives.
     RunOptions one_ring;
-    one_ring.env = {{"SMDDP_SHM_CHUNK", "64k"}, {"SMDDP_SHM_FIFO", "512k"}};
+    one_ring.env = {{"SMDDP_SHM_CHUNK", "64k"}, {"SMDDP_SHM_FIFO", "512k"}, {"SMDDP_SHM_AHEAD", "0"}};
     res = run_ranks(
         3,
         [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
@@ -489,7 +491,7 @@ TEST(Failure, DevShmWithoutRoomIsAClearError) {
     // Many process groups (a device mesh's): the one that finds no room says that the process's
     // other groups hold shared memory too, not only that its own slots need it.
     RunOptions small_slots;
-    small_slots.env = {{"SMDDP_SHM_CHUNK", "64k"}};
+    small_slots.env = {{"SMDDP_SHM_CHUNK", "64k"}, {"SMDDP_SHM_AHEAD", "0"}};
     res = run_ranks(
         2,
         [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {

@@ -126,7 +126,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
 struct Group::Header {
   uint64_t magic;
   uint32_t size;
-  uint32_t reserved;
+  uint32_t slot_parts;
   uint64_t slot_bytes;
   uint64_t fifo_bytes;
   std::atomic<uint32_t> attached;
@@ -178,13 +178,15 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
       seen_(static_cast<size_t>(size), 0), global_(std::move(global_ranks)),
       next_liveness_check_(static_cast<size_t>(size) + 1) {
   cfg_.slot_bytes = round_up(std::max<size_t>(cfg_.slot_bytes, kPage), kPage);
+  cfg_.slot_parts = std::max(cfg_.slot_parts, 1);
+  const size_t slots_per_rank = 2 * static_cast<size_t>(cfg_.slot_parts);
   size_t fifo = kPage;
   while (fifo < cfg_.fifo_bytes) fifo <<= 1;
   cfg_.fifo_bytes = fifo;
   static_assert(sizeof(Header) <= kPage);
   ctl_off_ = kPage;
   slot_off_ = ctl_off_ + round_up(sizeof(RankCtl) * size, kPage);
-  fifo_off_ = slot_off_ + cfg_.slot_bytes * 2 * size;
+  fifo_off_ = slot_off_ + cfg_.slot_bytes * slots_per_rank * size;
   fifo_stride_ = kPage + cfg_.fifo_bytes;  // FifoCtl on its own page, then the ring
   size_t total = fifo_off_ + fifo_stride_ * size * size;
   pidns_ = pid_namespace_id();
@@ -205,9 +207,10 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
       std::string why = e.what();
       if (dynamic_cast<const NoRoomError*>(&e)) {
         const std::string n = std::to_string(size);
-        why += ": the node's " + n + " ranks share 2 x " + n + " staging slots of " +
-               std::to_string(cfg_.slot_bytes) + " bytes (SMDDP_SHM_CHUNK)" + other_groups_note(0) + "; " + kMoreRoom +
-               " or lower SMDDP_SHM_CHUNK";
+        why += ": the node's " + n + " ranks share " + std::to_string(slots_per_rank) + " x " + n +
+               " staging slots of " + std::to_string(cfg_.slot_bytes) + " bytes (SMDDP_SHM_CHUNK; " +
+               std::to_string(slots_per_rank) + " per rank by SMDDP_SHM_AHEAD)" + other_groups_note(0) + "; " +
+               kMoreRoom + " or lower SMDDP_SHM_CHUNK or SMDDP_SHM_AHEAD";
       }
       // The node's other ranks wait for the name: hand them the reason instead, so that every
       // rank fails now with it, not at the timeout with none.
@@ -218,6 +221,7 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
     h->magic = kMagic;
     h->size = static_cast<uint32_t>(size);
     h->slot_bytes = cfg_.slot_bytes;
+    h->slot_parts = static_cast<uint32_t>(cfg_.slot_parts);
     h->fifo_bytes = cfg_.fifo_bytes;
     store.set("shm/name", std::vector<uint8_t>(name.begin(), name.end()));
   } else {
@@ -228,7 +232,8 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
     try {
       seg_ = Segment::open(std::string(v.begin(), v.end()), total);
       if (header()->magic != kMagic || header()->size != static_cast<uint32_t>(size) ||
-          header()->slot_bytes != cfg_.slot_bytes || header()->fifo_bytes != cfg_.fifo_bytes)
+          header()->slot_bytes != cfg_.slot_bytes || header()->fifo_bytes != cfg_.fifo_bytes ||
+          header()->slot_parts != static_cast<uint32_t>(cfg_.slot_parts))
         throw InvalidArgument("smddp: rank " + std::to_string(global(rank)) +
                               ": shared-memory layout differs from rank " + std::to_string(global(0)) +
                               "'s (SMDDP_SHM_* settings must agree)");
@@ -293,8 +298,10 @@ Group::Header* Group::header() const { return static_cast<Header*>(seg_.data());
 Group::RankCtl* Group::ctl(int r) const {
   return reinterpret_cast<RankCtl*>(static_cast<std::byte*>(seg_.data()) + ctl_off_) + r;
 }
-std::byte* Group::slot(int r, int parity) const {
-  return static_cast<std::byte*>(seg_.data()) + slot_off_ + (static_cast<size_t>(r) * 2 + parity) * cfg_.slot_bytes;
+std::byte* Group::slot(int r, int parity, int part) const {
+  const size_t index = (static_cast<size_t>(r) * 2 + static_cast<size_t>(parity)) * static_cast<size_t>(cfg_.slot_parts) +
+                       static_cast<size_t>(part);
+  return static_cast<std::byte*>(seg_.data()) + slot_off_ + index * cfg_.slot_bytes;
 }
 uint64_t* Group::words(int r, int parity) const { return ctl(r)->words[parity]; }
 Group::FifoCtl* Group::fifo(int src, int dst) const {
@@ -392,8 +399,9 @@ std::vector<int> Group::behind(uint64_t target) const {
   return v;
 }
 
-void Group::wait_all(const OpInfo& op) {
-  const uint64_t target = step_;
+void Group::wait_all(const OpInfo& op, int lag) {
+  if (fp_pending_) lag = 0;
+  const uint64_t target = (step_ - static_cast<uint64_t>(lag)) & kCountMask;
   wait(
       [&] {
         for (int r = 0; r < size_; ++r) {

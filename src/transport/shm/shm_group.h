@@ -9,7 +9,8 @@
 //   - per rank, two staging slots (by round parity). A round writes my slot, arrives, waits for
 //     all, then reads any slot. Double buffering makes one sync per round enough: a slot is
 //     written again two rounds later, after the round in between proved every rank had finished
-//     reading it.
+//     reading it. Each slot comes in GroupConfig::slot_parts parts: the staged allreduce uses
+//     them as a ring deep enough for a rank to run rounds ahead of a late peer (wait_all's lag).
 //   - per ordered pair of ranks, a single-producer single-consumer byte FIFO for send/recv.
 //   - an abort word: the first rank that fails a collective writes why, and every wait of every
 //     other rank raises an error at once instead of running into its own timeout.
@@ -41,6 +42,10 @@ namespace smddp::shm {
 
 struct GroupConfig {
   size_t slot_bytes = 256 << 10;
+  // Slots per rank and parity (SMDDP_SHM_AHEAD + 1): the staged allreduce lets a rank run that
+  // many rounds less one ahead of its slowest node-mate (allreduce_rs_ag.cc); other collectives
+  // use the first.
+  int slot_parts = 1;
   size_t fifo_bytes = 256 << 10;  // power of two
   int spin = 2000;
   bool yield_to_peers = false;  // more ranks on this kernel than CPUs: yield briefly before sleeping
@@ -75,11 +80,18 @@ class Group {
 
   // --- rounds ---
   size_t slot_bytes() const { return cfg_.slot_bytes; }
+  int slot_parts() const { return cfg_.slot_parts; }
+  // Every rank's slots, one span from slot(0, 0): what CUDA page-locks.
+  size_t all_slots_bytes() const { return 2 * static_cast<size_t>(size_ * cfg_.slot_parts) * cfg_.slot_bytes; }
   int begin_round() { return static_cast<int>(round_++ & 1); }
-  std::byte* slot(int r, int parity) const;
+  std::byte* slot(int r, int parity, int part = 0) const;
   uint64_t* words(int r, int parity) const;  // kWords values, same double buffering as slots
   void arrive();
-  void wait_all(const OpInfo& op);
+  // Waits until every rank's counter reaches mine less `lag` rounds: with lag > 0 a rank runs
+  // ahead of its peers by up to that many rounds (a collective whose slots outlast that many
+  // rounds: allreduce_rs_ag.cc). A collective's first wait is always a full one (lag 0 while its
+  // fingerprint is not yet compared), as must be its last.
+  void wait_all(const OpInfo& op, int lag = 0);
   // Called while a wait is idle (past its first spins). Across nodes it drives the network's
   // progress, so transfers posted before a shared-memory stage move on during it: providers with
   // manual progress (tcp, rxm) move a rendezvous only while the sender polls. Returns whether
