@@ -226,6 +226,14 @@ TEST(Failure, ANodeMateThatCannotMapTheSegmentFailsRankZeroAtOnceWithItsReason) 
 // with its own, and the child's teardown told the peer that the rank had left. Now the child gets
 // an error naming the fork, and its teardown leaves the parent's communicator alone.
 TEST(Failure, AForkedChildCannotUseItsParentsCommunicatorNorEndIt) {
+#if defined(__SANITIZE_THREAD__)
+  // GCC 12's ThreadSanitizer runtime can fork while another thread holds its stack depot's
+  // allocator lock; the child then spins on that lock for ever at its first allocation (gdb:
+  // __sanitizer::traceAllocator in StaticSpinMutex::LockSlow, from operator new on the child's
+  // first line). It hung once in CI's tsan step and in 4 of 13 runs of the tsan build by hand.
+  // The host, asan, minimal and aarch64 builds run it.
+  GTEST_SKIP() << "ThreadSanitizer's runtime can deadlock a child forked from a multithreaded process";
+#endif
   auto res = run_ranks(2, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;
     o.timeout = 10s;
