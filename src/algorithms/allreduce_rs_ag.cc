@@ -96,8 +96,9 @@ void rs_ag_rounds(Context& ctx, const void* send, void* recv, size_t count, Data
     // Round k+1 needs the peers to have finished round k+1-L; the first and last waits are full.
     ctx.wait_all(k + 1 == rounds ? 0 : static_cast<int>(std::min(lag - 1, k)));
   }
-  // The last chunk's reduced segments, written in the last round. The next collective writes
-  // this parity only in its second round, after a wait that needs this rank to have arrived.
+  // Lock-step only (L > 1 copied every chunk out in the rounds above, before the last, full
+  // wait): the last chunk's reduced segments, written in the last round. The next collective
+  // writes this parity only in its second round, after a wait that needs this rank to have arrived.
   if (n > 0 && L == 1) copy_out(n - 1, n == 1 ? 0 : n);
 }
 

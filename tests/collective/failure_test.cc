@@ -189,19 +189,38 @@ TEST(Failure, ASegmentLeftByAKilledCreatorIsUnlinkedByTheNextCreator) {
   ::unlink(left.c_str());
 }
 
-// A node-mate that cannot map the node's segment (here: its SMDDP_SHM_CHUNK differs) fails
-// local rank 0 at once with its reason: rank 0 waited for it to attach until its timeout, then
-// said only that it never attached.
-TEST(Failure, ANodeMateThatCannotMapTheSegmentFailsRankZeroAtOnceWithItsReason) {
+// A node-mate that cannot map the node's segment (its SMDDP_SHM_CHUNK or SMDDP_SHM_AHEAD
+// differs) fails local rank 0 at once with its reason: rank 0 waited for it to attach until its
+// timeout, then said only that it never attached. Rank 2's error names the setting; a layout that
+// needs a larger segment than rank 0 made said only "smaller than expected" before it did.
+struct LayoutDisagreement {
+  const char* setting;
+  const char* rank0s;
+  const char* rank2s;
+  const char* named;  // what rank 2's error must say
+};
+class NodeMateLayout : public ::testing::TestWithParam<LayoutDisagreement> {};
+
+TEST_P(NodeMateLayout, ANodeMateThatCannotMapTheSegmentFailsRankZeroAtOnceWithItsReason) {
+  const LayoutDisagreement p = GetParam();
   RunOptions ro;
-  ro.rank_env = {{{"SMDDP_SHM_CHUNK", "256k"}}, {{"SMDDP_SHM_CHUNK", "256k"}}, {{"SMDDP_SHM_CHUNK", "128k"}}};
-  auto res = run_ranks(3, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+  ro.rank_env = {{{p.setting, p.rank0s}}, {{p.setting, p.rank0s}}, {{p.setting, p.rank2s}}};
+  const std::string named = p.named;
+  auto res = run_ranks(3, [named](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     Options o;
     o.timeout = 20s;
     const auto t0 = std::chrono::steady_clock::now();
     if (rank == 2) {
-      expect_throw<InvalidArgument>(rep, "another layout", [&] { Communicator c(store, rank, w, o); },
-                                    "rank 2: shared-memory layout differs from rank 0's");
+      try {
+        Communicator c(store, rank, w, o);
+        rep.fail("another layout: no exception");
+      } catch (const InvalidArgument& e) {
+        for (const std::string& must : {std::string("rank 2: shared-memory layout differs from rank 0's"), named})
+          if (std::string(e.what()).find(must) == std::string::npos)
+            rep.fail("another layout: message lacks '" + must + "': " + e.what());
+      } catch (const std::exception& e) {
+        rep.fail(std::string("another layout: wrong exception type: ") + e.what());
+      }
     } else if (rank == 0) {
       expect_throw<SystemError>(rep, "a node-mate's other layout", [&] { Communicator c(store, rank, w, o); },
                                 "rank 0: rank 2 could not join the node's shared memory: rank 2: shared-memory "
@@ -220,6 +239,13 @@ TEST(Failure, ANodeMateThatCannotMapTheSegmentFailsRankZeroAtOnceWithItsReason) 
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Failure, NodeMateLayout,
+    ::testing::Values(LayoutDisagreement{"SMDDP_SHM_CHUNK", "256k", "128k",
+                                         "staging slot bytes (SMDDP_SHM_CHUNK) 262144 there, 131072 here"},
+                      LayoutDisagreement{"SMDDP_SHM_AHEAD", "0", "2", "slot parts (SMDDP_SHM_AHEAD + 1) 1 there, 3 here"}),
+    [](const ::testing::TestParamInfo<LayoutDisagreement>& i) { return std::string(i.param.setting).substr(10); });
 
 // A child forked from a rank (a torch DataLoader worker) shares its shared memory but not its
 // engine thread: a collective it issued ran as that rank, so the peer reduced the child's data

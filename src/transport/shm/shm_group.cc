@@ -230,13 +230,34 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
       throw SystemError("smddp: rank " + std::to_string(global(rank)) + ": rank " + std::to_string(global(0)) +
                         " could not make the node's shared memory: " + *why);
     try {
-      seg_ = Segment::open(std::string(v.begin(), v.end()), total);
-      if (header()->magic != kMagic || header()->size != static_cast<uint32_t>(size) ||
-          header()->slot_bytes != cfg_.slot_bytes || header()->fifo_bytes != cfg_.fifo_bytes ||
-          header()->slot_parts != static_cast<uint32_t>(cfg_.slot_parts))
-        throw InvalidArgument("smddp: rank " + std::to_string(global(rank)) +
-                              ": shared-memory layout differs from rank " + std::to_string(global(0)) +
-                              "'s (SMDDP_SHM_* settings must agree)");
+      const std::string name(v.begin(), v.end());
+      {
+        // The header first: a layout that needs a larger segment than rank 0's (a larger
+        // SMDDP_SHM_CHUNK or SMDDP_SHM_AHEAD here) must read as the disagreement it is, not as
+        // a segment "smaller than expected".
+        const Segment head = Segment::open(name, kPage);
+        const auto* h = static_cast<const Header*>(head.data());
+        const auto layout_difference = [&](const Header& theirs) {
+          if (theirs.magic != kMagic) return std::string("its segment is not of this smddp version");
+          std::string d;
+          const auto differs = [&](const char* what, uint64_t rank0s, uint64_t mine) {
+            if (rank0s == mine) return;
+            d += std::string(d.empty() ? "" : "; ") + what + " " + std::to_string(rank0s) + " there, " +
+                 std::to_string(mine) + " here";
+          };
+          differs("ranks on the node", theirs.size, static_cast<uint64_t>(size));
+          differs("staging slot bytes (SMDDP_SHM_CHUNK)", theirs.slot_bytes, cfg_.slot_bytes);
+          differs("slot parts (SMDDP_SHM_AHEAD + 1)", theirs.slot_parts, static_cast<uint64_t>(cfg_.slot_parts));
+          differs("FIFO bytes (SMDDP_SHM_FIFO)", theirs.fifo_bytes, cfg_.fifo_bytes);
+          return d;
+        };
+        if (h->magic != kMagic || h->size != static_cast<uint32_t>(size) || h->slot_bytes != cfg_.slot_bytes ||
+            h->fifo_bytes != cfg_.fifo_bytes || h->slot_parts != static_cast<uint32_t>(cfg_.slot_parts))
+          throw InvalidArgument("smddp: rank " + std::to_string(global(rank)) +
+                                ": shared-memory layout differs from rank " + std::to_string(global(0)) +
+                                "'s (SMDDP_SHM_* settings must agree): " + layout_difference(*h));
+      }
+      seg_ = Segment::open(name, total);
     } catch (const std::exception& e) {
       // Rank 0 waits for this rank to attach: tell it why it never will (else it times out).
       store.set(attach_failure_key(rank), failure_record(e.what()));
