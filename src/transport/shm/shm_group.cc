@@ -237,6 +237,7 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
         // a segment "smaller than expected".
         const Segment head = Segment::open(name, kPage);
         const auto* h = static_cast<const Header*>(head.data());
+        // Empty where rank 0's layout is this rank's.
         const auto layout_difference = [&](const Header& theirs) {
           if (theirs.magic != kMagic) return std::string("its segment is not of this smddp version");
           std::string d;
@@ -251,11 +252,10 @@ Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::mil
           differs("FIFO bytes (SMDDP_SHM_FIFO)", theirs.fifo_bytes, cfg_.fifo_bytes);
           return d;
         };
-        if (h->magic != kMagic || h->size != static_cast<uint32_t>(size) || h->slot_bytes != cfg_.slot_bytes ||
-            h->fifo_bytes != cfg_.fifo_bytes || h->slot_parts != static_cast<uint32_t>(cfg_.slot_parts))
+        if (const std::string d = layout_difference(*h); !d.empty())
           throw InvalidArgument("smddp: rank " + std::to_string(global(rank)) +
                                 ": shared-memory layout differs from rank " + std::to_string(global(0)) +
-                                "'s (SMDDP_SHM_* settings must agree): " + layout_difference(*h));
+                                "'s (SMDDP_SHM_* settings must agree): " + d);
       }
       seg_ = Segment::open(name, total);
     } catch (const std::exception& e) {
