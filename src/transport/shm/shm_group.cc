@@ -21,30 +21,47 @@
 #include "core/failure_record.h"
 #include "device/host_copy.h"
 #include "smddp/errors.h"
-#include "transport/shm/fifo_ring.h"
+#include "transport/shm/shm_group_layout.h"
 
 namespace smddp::shm {
 
+namespace layout {
+bool process_dead(int pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  std::ifstream f(path);
+  if (!f) return true;
+  std::string line;
+  std::getline(f, line);
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+const std::string kMoreRoom =
+    "give /dev/shm more room (docker run --shm-size=1g; on Kubernetes an emptyDir of medium Memory at /dev/shm)";
+
+namespace {
+// This process's groups that hold a segment now: a /dev/shm without room for one more may be
+// full of the others (a process group per mesh dimension, per HSDP replica...), which the
+// message then says.
+std::atomic<int> live_groups{0};
+}  // namespace
+
+std::string other_groups_note(int self) {
+  const int n = live_groups.load(std::memory_order_relaxed) - self;
+  if (n <= 0) return "";
+  return " (this process already belongs to " + std::to_string(n) + " other communicator" + (n == 1 ? "" : "s") +
+         " on this node, each with shared memory of its own there: every process group and subgroup has one)";
+}
+}  // namespace layout
+
+using namespace layout;
+
 namespace {
 constexpr uint64_t kMagic = 0x736d646470736d31ULL;  // "smddpsm1"
-constexpr size_t kPage = 4096;
-size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-// A step word: the rank's round count in the low 40 bits, and in the high 24 a hash of the
-// fingerprint it announced last (0 before any). Peers poll the step word anyway, so comparing
-// hashes costs them no extra cache line; the full fingerprints are read only when a hash
-// differs or the peer already moved past the round (docs/reliability.md). Counts compare
-// modulo 2^40 (ranks are never more than a few rounds apart), so they may wrap.
-constexpr int kHashShift = 40;
-constexpr uint64_t kCountMask = (uint64_t{1} << kHashShift) - 1;
-uint64_t count_of(uint64_t word) { return word & kCountMask; }
-uint64_t hash_of(uint64_t word) { return word >> kHashShift; }
-// How far `word`'s count is ahead of `target` (negative: behind), modulo 2^40.
-int64_t rounds_ahead(uint64_t word, uint64_t target) {
-  const uint64_t d = (count_of(word) - target) & kCountMask;
-  return d & (uint64_t{1} << (kHashShift - 1)) ? static_cast<int64_t>(d) - (int64_t{1} << kHashShift)
-                                               : static_cast<int64_t>(d);
-}
 // On every collective's path, so it is short: each word times an odd constant of its own, the
 // products summed (independent multiplies issue together, where a chained mix waits on each),
 // then one multiply spreads every bit into the top 24. Fingerprints that differ in one word
@@ -68,20 +85,6 @@ uint64_t pid_namespace_id() {
   return static_cast<uint64_t>(st.st_ino);
 }
 
-// True when the process is gone or a zombie (killed but not yet reaped).
-bool process_dead(int pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  std::ifstream f(path);
-  if (!f) return true;
-  std::string line;
-  std::getline(f, line);
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
-}
-
 // Process-shared futex (the word lives in the segment, so no FUTEX_PRIVATE_FLAG).
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
   timespec ts{static_cast<time_t>(timeout.count() / 1000000000), static_cast<long>(timeout.count() % 1000000000)};
@@ -89,23 +92,6 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nan
 }
 void futex_wake_all(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-// The fix a NoRoomError's message ends with.
-const std::string kMoreRoom =
-    "give /dev/shm more room (docker run --shm-size=1g; on Kubernetes an emptyDir of medium Memory at /dev/shm)";
-
-// This process's groups that hold a segment now: a /dev/shm without room for one more may be
-// full of the others (a process group per mesh dimension, per HSDP replica...), which the
-// message then says.
-std::atomic<int> live_groups{0};
-
-// `self`: 1 where the asking group is itself counted (once constructed).
-std::string other_groups_note(int self) {
-  const int n = live_groups.load(std::memory_order_relaxed) - self;
-  if (n <= 0) return "";
-  return " (this process already belongs to " + std::to_string(n) + " other communicator" + (n == 1 ? "" : "s") +
-         " on this node, each with shared memory of its own there: every process group and subgroup has one)";
 }
 
 // Where a node-mate that cannot map the node's segment says why, for rank 0 waiting on it.
@@ -117,59 +103,6 @@ std::string ranks_str(const std::vector<int>& v) {
   return s + "]";
 }
 }  // namespace
-
-// Atomics that other processes read through the segment must be lock-free: a lock-based
-// std::atomic keeps its lock in this process, where the others cannot see it.
-static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free &&
-              std::atomic<int32_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
-
-struct Group::Header {
-  uint64_t magic;
-  uint32_t size;
-  uint32_t slot_parts;
-  uint64_t slot_bytes;
-  uint64_t fifo_bytes;
-  std::atomic<uint32_t> attached;
-  std::atomic<int32_t> abort_state;  // 0 none, 1 being written, 2 written
-  uint32_t abort_mismatch;           // written before state 2: the reason is a disagreement
-  char abort_reason[1024];
-  // An eventcount: a rank done spinning counts itself in `sleepers` and sleeps on `doorbell` (a
-  // futex); arrive() rings it only when someone sleeps, so the fast path pays a fence and a
-  // load. Blocking instead of yielding matters when the cores are shared (torch's threads,
-  // dataloaders, more ranks than cores): a yielding waiter keeps its place in the run queue and
-  // burns the time slice the rank it waits for needs, and a woken sleeper runs at once.
-  alignas(64) std::atomic<uint32_t> doorbell;
-  std::atomic<uint32_t> sleepers;
-};
-
-struct alignas(128) Group::RankCtl {
-  std::atomic<uint64_t> step;  // alone on its cache line: the hot word
-  char pad[120];
-  std::atomic<int32_t> pid;
-  std::atomic<uint32_t> departed;
-  // 1 + the CPU this rank last arrived from or began a collective on (0: unknown, as the
-  // zero-filled segment starts). A waiter whose late peer last ran on the waiter's own CPU stops
-  // spinning (Group::wait).
-  std::atomic<int32_t> cpu_plus1;
-  uint64_t pidns;
-  // The deadline of the collective this rank runs (or last ran), steady clock in ns: a rank whose
-  // wait for it times out first lets it report its own cause (Group::wait).
-  std::atomic<int64_t> deadline_ns;
-  uint64_t words[2][kWords];
-  // Off the step's line: writing it there made peers polling the step fetch the line twice
-  // (measured no faster at 8 B; docs/reliability.md).
-  alignas(64) uint64_t fingerprint[2][kFingerprintWords];
-  // This rank's point-to-point eventcount (Header's pattern, one per rank): its engine thread
-  // sleeps on `fifo_bell` (Group::sleep_on_fifos) until a push into one of its FIFOs or a pop
-  // from one it fills rings it, so no other rank's traffic wakes it.
-  alignas(64) std::atomic<uint32_t> fifo_bell;
-  std::atomic<uint32_t> fifo_sleepers;
-};
-
-struct Group::FifoCtl {
-  alignas(64) std::atomic<uint64_t> head;  // bytes ever pushed (producer writes)
-  alignas(64) std::atomic<uint64_t> tail;  // bytes ever popped (consumer writes)
-};
 
 Group::Group(Store& store, int rank, int size, GroupConfig cfg, std::chrono::milliseconds timeout,
              std::vector<int> global_ranks)
@@ -670,105 +603,6 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
                          global(late));
     }
   }
-}
-
-size_t Group::fifo_push(int dst, const void* data, size_t bytes) {
-  if (!ring_reserved_[static_cast<size_t>(dst)]) {
-    try {
-      seg_.reserve(static_cast<size_t>(fifo_data(rank_, dst) - static_cast<std::byte*>(seg_.data())), cfg_.fifo_bytes);
-    } catch (const NoRoomError& e) {
-      throw SystemError(std::string(e.what()) + ": the point-to-point FIFO from rank " + std::to_string(global(rank_)) +
-                        " to rank " + std::to_string(global(dst)) + " (" + std::to_string(cfg_.fifo_bytes) +
-                        " bytes, SMDDP_SHM_FIFO)" + other_groups_note(1) + "; " + kMoreRoom + " or lower SMDDP_SHM_FIFO");
-    }
-    ring_reserved_[static_cast<size_t>(dst)] = 1;
-  }
-  FifoCtl* f = fifo(rank_, dst);
-  const uint64_t head = f->head.load(std::memory_order_relaxed);
-  const uint64_t tail = f->tail.load(std::memory_order_acquire);  // the peer's: fifo_ring.h
-  const RingSpan s = push_span(head, tail, cfg_.fifo_bytes, bytes);
-  if (s.bytes() == 0) return 0;
-  std::byte* ring = fifo_data(rank_, dst);
-  device::host_copy(ring + s.pos, data, s.first);
-  device::host_copy(ring, static_cast<const std::byte*>(data) + s.first, s.second);
-  f->head.store(head + s.bytes(), std::memory_order_release);
-  ring_fifo_bell(dst, /*always=*/false);  // the receiver, if it sleeps
-  return s.bytes();
-}
-
-bool Group::claim_fifo(bool outgoing, int peer, const void* who) {
-  const void*& owner = fifo_owner_[static_cast<size_t>(outgoing) * size_ + peer];
-  if (!owner) owner = who;
-  return owner == who;
-}
-
-void Group::release_fifo(bool outgoing, int peer, const void* who) {
-  const void*& owner = fifo_owner_[static_cast<size_t>(outgoing) * size_ + peer];
-  if (owner == who) owner = nullptr;
-}
-
-bool Group::fifo_claimed(bool outgoing, int peer) const {
-  return fifo_owner_[static_cast<size_t>(outgoing) * size_ + peer] != nullptr;
-}
-
-size_t Group::fifo_available(int src) const {
-  const FifoCtl* f = fifo(src, rank_);
-  return ring_filled(f->head.load(std::memory_order_acquire), f->tail.load(std::memory_order_relaxed),
-                     cfg_.fifo_bytes);
-}
-
-void Group::fifo_peek(int src, void* data, size_t bytes, size_t offset) const {
-  const FifoCtl* f = fifo(src, rank_);
-  const RingSpan s = ring_span(f->tail.load(std::memory_order_relaxed) + offset, bytes, cfg_.fifo_bytes);
-  const std::byte* ring = fifo_data(src, rank_);
-  device::host_copy(data, ring + s.pos, s.first);
-  device::host_copy(static_cast<std::byte*>(data) + s.first, ring, s.second);
-}
-
-size_t Group::fifo_pop(int src, void* data, size_t bytes) {
-  FifoCtl* f = fifo(src, rank_);
-  const uint64_t tail = f->tail.load(std::memory_order_relaxed);
-  const uint64_t head = f->head.load(std::memory_order_acquire);  // the peer's: fifo_ring.h
-  const RingSpan s = pop_span(head, tail, cfg_.fifo_bytes, bytes);
-  if (s.bytes() == 0) return 0;
-  const std::byte* ring = fifo_data(src, rank_);
-  device::host_copy(data, ring + s.pos, s.first);
-  device::host_copy(static_cast<std::byte*>(data) + s.first, ring, s.second);
-  f->tail.store(tail + s.bytes(), std::memory_order_release);
-  ring_fifo_bell(src, /*always=*/false);  // the sender, if it sleeps waiting for room
-  return s.bytes();
-}
-
-Group::Senders Group::check_any_sender(const OpInfo& op, const std::function<bool(int)>& left_one) {
-  const auto now = Clock::now();
-  if (now < next_sender_check_) return Senders::not_looked;
-  next_sender_check_ = now + std::chrono::milliseconds(20);
-  // A send to itself under way; alone in the communicator, a send to itself still to come.
-  bool any_may_send = size_ == 1 || fifo_claimed(true, rank_);
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    const RankCtl* c = ctl(r);
-    if (!c->departed.load(std::memory_order_acquire)) {
-      const int pid = c->pid.load(std::memory_order_acquire);
-      const bool died = pid > 0 && c->pidns == pidns_ && process_dead(pid) &&
-                        !c->departed.load(std::memory_order_acquire);  // (one that left, then exited, is not dead)
-      if (!died) {
-        any_may_send = true;
-        continue;
-      }
-      // Its FIFO is read after its death was seen: a message it pushed just before is there.
-      if (!left_one(r)) {
-        throw_if_aborted(op);  // a reason it wrote before it died names the cause better
-        throw PeerError("smddp: " + op.describe() + ": rank " + std::to_string(global(r)) + " died (pid " +
-                            std::to_string(pid) + ") while this rank waited for any rank to send",
-                        global(r));
-      }
-      any_may_send = true;
-      continue;
-    }
-    any_may_send |= left_one(r);
-  }
-  return any_may_send ? Senders::some_may_send : Senders::none_left;
 }
 
 void Group::check_progress(int peer, const OpInfo& op, const char* waiting_for) {
