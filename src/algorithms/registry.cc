@@ -139,8 +139,9 @@ const std::string& host_window_mode() {
   return mode;
 }
 
-bool host_reads_possible(const std::string& window_mode, const std::vector<const Algorithm*>& overrides) {
-  if (window_mode != "off") return true;
+bool host_reads_possible(const std::string& window_mode, bool take_rounds,
+                         const std::vector<const Algorithm*>& overrides) {
+  if (window_mode != "off" || take_rounds) return true;
   return std::any_of(overrides.begin(), overrides.end(),
                      [](const Algorithm* a) { return std::string_view(a->name) == "window"; });
 }

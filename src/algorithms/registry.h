@@ -31,10 +31,13 @@ const Algorithm& select(CollKind kind, size_t bytes, int world_size,
 // SMDDP_HOST_WINDOW, parsed (throws InvalidArgument naming a bad value): "auto", "off" or "any".
 const std::string& host_window_mode();
 
-// Whether a communicator may read its node peers' host memory by cross-memory attach (the window
-// algorithms on host memory): unless `window_mode` (SMDDP_HOST_WINDOW) is "off" and no override
-// (SMDDP_ALGO's, the communicator's) names a window algorithm. Only then does a rank let its
-// peers read it where Yama restricts ptrace (shm::GroupConfig::let_peers_read; docs/security.md).
-bool host_reads_possible(const std::string& window_mode, const std::vector<const Algorithm*>& overrides);
+// Whether a communicator may read (or write) its node peers' host memory by cross-memory attach
+// (the window algorithms on host memory; rounds taken from a late rank, `take_rounds`:
+// SMDDP_SHM_STEAL): unless `window_mode` (SMDDP_HOST_WINDOW) is "off", rounds are not taken and
+// no override (SMDDP_ALGO's, the communicator's) names a window algorithm. Only then does a rank
+// let its peers read it where Yama restricts ptrace (shm::GroupConfig::let_peers_read;
+// docs/security.md).
+bool host_reads_possible(const std::string& window_mode, bool take_rounds,
+                         const std::vector<const Algorithm*>& overrides);
 
 }  // namespace smddp::algorithms

@@ -96,7 +96,7 @@ int shm_ahead_setting(bool oversubscribed) {
 
 shm::GroupConfig group_config(bool oversubscribed, bool let_peers_read) {
   shm::GroupConfig c;
-  c.let_peers_read = let_peers_read;
+  c.take_rounds = config::get_bool("SMDDP_SHM_STEAL");
   // With more ranks than cores every round is a wait for a rank that may not be running: fewer,
   // larger rounds were 20-45% faster from 1 MiB up at w=4 on 2 cores; with a core per rank the
   // smaller chunk pipelines better (docs/performance.md).
@@ -172,7 +172,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     overrides_ = algorithms::parse_overrides(options_.algorithms);
     std::vector<const algorithms::Algorithm*> all_overrides = overrides_;
     for (const algorithms::Algorithm* a : algorithms::env_overrides()) all_overrides.push_back(a);
-    host_reads = algorithms::host_reads_possible(algorithms::host_window_mode(), all_overrides);
+    host_reads = algorithms::host_reads_possible(algorithms::host_window_mode(), config::get_bool("SMDDP_SHM_STEAL"),
+                                                 all_overrides);
   } catch (const std::exception& e) {
     // Set on this rank alone (its environment, its Options): the others would wait for its
     // topology record until their timeout, then say it never joined. Tell them why.
@@ -280,6 +281,9 @@ CommunicatorImpl::~CommunicatorImpl() {
     abort_everywhere("rank " + std::to_string(rank_) + " destroyed its communicator with work in flight");
   engine_->shutdown(std::make_exception_ptr(AbortedError("smddp: the communicator was destroyed")));
   engine_.reset();
+  if (shm_->rounds_taken() > 0) {
+    SMDDP_LOG(INFO, rank_) << "took " << shm_->rounds_taken() << " rounds of late node-mates (SMDDP_SHM_STEAL)";
+  }
   shm_->depart();
 }
 

@@ -64,26 +64,37 @@ class CmaWindows final : public PeerWindows {
   bool needs_probe() const override { return true; }
 
   void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) override {
+    move(b, offset, static_cast<std::byte*>(dst), bytes, op, /*to_peer=*/false);
+  }
+  bool writable() const override { return true; }
+  void write(const PeerBuffer& b, size_t offset, const void* src, size_t bytes, const OpInfo& op) override {
+    move(b, offset, const_cast<std::byte*>(static_cast<const std::byte*>(src)), bytes, op, /*to_peer=*/true);
+  }
+
+ private:
+  // process_vm_writev needs the same ptrace permission as process_vm_readv, so a peer that
+  // reachable() found readable is writable too.
+  void move(const PeerBuffer& b, size_t offset, std::byte* local, size_t bytes, const OpInfo& op, bool to_peer) {
     const int pid = pid_of_(b.peer);
     check_within(b, offset, bytes, op);
-    auto* to = static_cast<std::byte*>(dst);
-    uint64_t from = b.remote + offset;
+    uint64_t remote = b.remote + offset;
     while (bytes > 0) {
-      iovec l{to, bytes}, r{reinterpret_cast<void*>(from), bytes};
-      const ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+      iovec l{local, bytes}, r{reinterpret_cast<void*>(remote), bytes};
+      const ssize_t n = to_peer ? ::process_vm_writev(pid, &l, 1, &r, 1, 0) : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
       if (n <= 0) {
         if (n < 0 && errno == EINTR) continue;
-        throw SystemError("smddp: " + op.describe() + ": reading " + std::to_string(bytes) +
-                          " bytes from local rank " + std::to_string(b.peer) + " (pid " + std::to_string(pid) +
-                          ") with process_vm_readv failed: " + std::strerror(n < 0 ? errno : EIO));
+        throw SystemError("smddp: " + op.describe() + ": " + (to_peer ? "writing " : "reading ") +
+                          std::to_string(bytes) + " bytes " + (to_peer ? "to" : "from") + " local rank " +
+                          std::to_string(b.peer) + " (pid " + std::to_string(pid) + ") with " +
+                          (to_peer ? "process_vm_writev" : "process_vm_readv") +
+                          " failed: " + std::strerror(n < 0 ? errno : EIO));
       }
-      to += n;
-      from += static_cast<uint64_t>(n);
+      local += n;
+      remote += static_cast<uint64_t>(n);
       bytes -= static_cast<size_t>(n);
     }
   }
 
- private:
   std::function<int(int)> pid_of_;
   uint64_t probe_;
 };

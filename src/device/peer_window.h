@@ -81,6 +81,16 @@ class PeerWindows {
   // stream), so a reduction queued after a read sees its data and a later read may reuse the
   // scratch only after that reduction. Throws SystemError naming the op and peer on failure.
   virtual void read(const PeerBuffer& b, size_t offset, void* dst, size_t bytes, const OpInfo& op) = 0;
+  // Whether write() works: a rank may then do a node-mate's round for it, output included
+  // (allreduce_rs_ag.cc). CMA writes as it reads; a CUDA IPC window only reads.
+  virtual bool writable() const { return false; }
+  // Copies `bytes` of this rank's host memory at `src` into [offset, offset + bytes) of a peer's
+  // buffer, synchronously. Throws SystemError naming the op and peer on failure.
+  virtual void write(const PeerBuffer& b, size_t /*offset*/, const void* /*src*/, size_t /*bytes*/,
+                     const OpInfo& op) {
+    throw InvalidArgument("smddp: " + op.describe() + ": a " + name() + " window cannot write local rank " +
+                          std::to_string(b.peer) + "'s memory");
+  }
 
   // Set, alike on every rank, by the first single-copy collective of each placement key (the
   // placements of every rank's buffers, joined): whether every rank reached every peer. False:

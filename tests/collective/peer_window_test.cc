@@ -20,6 +20,7 @@
 
 #include "algorithms/registry.h"
 #include "algorithms/scratch_pool.h"
+#include "collective/direct_op.h"
 #include "collective/harness.h"
 #include "collective/mapped_windows.h"
 #include "smddp/errors.h"
@@ -29,16 +30,6 @@ namespace {
 
 using algorithms::CollArgs;
 using algorithms::CollKind;
-
-OpInfo op_for(const char* name, int rank, int w) {
-  OpInfo op;
-  op.name = name;
-  op.rank = rank;
-  op.size = w;
-  op.timeout = std::chrono::seconds(60);
-  op.deadline = Clock::now() + op.timeout;
-  return op;
-}
 
 float value(int rank, size_t i) { return static_cast<float>(rank * 1000 + static_cast<int>(i % 997)); }
 

@@ -75,14 +75,15 @@ TEST(Selector, HostMemoryAtTwoRanksWithACpuEachTakesTheWindowAlgorithmsInTheirSi
 }
 
 // A rank lets its node's peers read its memory (PR_SET_PTRACER_ANY under Yama) only where some
-// algorithm may read it: not with SMDDP_HOST_WINDOW=off, unless an override forces a window
-// algorithm (docs/security.md).
+// algorithm may read it: not with SMDDP_HOST_WINDOW=off and SMDDP_SHM_STEAL=0, unless an
+// override forces a window algorithm (docs/security.md).
 TEST(Selector, PeersMayReadHostMemoryUnlessNoAlgorithmWould) {
-  EXPECT_TRUE(host_reads_possible("auto", {}));
-  EXPECT_TRUE(host_reads_possible("any", {}));
-  EXPECT_FALSE(host_reads_possible("off", {}));
-  EXPECT_FALSE(host_reads_possible("off", parse_overrides("allreduce:rs_ag,allgather:direct")));
-  EXPECT_TRUE(host_reads_possible("off", parse_overrides("allreduce:rs_ag,allgather:window")));
+  EXPECT_TRUE(host_reads_possible("auto", false, {}));
+  EXPECT_TRUE(host_reads_possible("any", false, {}));
+  EXPECT_FALSE(host_reads_possible("off", false, {}));
+  EXPECT_TRUE(host_reads_possible("off", true, {}));  // a late rank's round writes its output
+  EXPECT_FALSE(host_reads_possible("off", false, parse_overrides("allreduce:rs_ag,allgather:direct")));
+  EXPECT_TRUE(host_reads_possible("off", false, parse_overrides("allreduce:rs_ag,allgather:window")));
 }
 
 #ifdef SMDDP_HAVE_LIBFABRIC

@@ -60,7 +60,7 @@ std::string other_groups_note(int self) {
 using namespace layout;
 
 namespace {
-constexpr uint64_t kMagic = 0x736d646470736d31ULL;  // "smddpsm1"
+constexpr uint64_t kMagic = 0x736d646470736d32ULL;  // "smddpsm2"
 
 // On every collective's path, so it is short: each word times an odd constant of its own, the
 // products summed (independent multiplies issue together, where a chained mix waits on each),
@@ -295,6 +295,60 @@ void Group::arrive() {
   ring(/*always=*/false);
 }
 
+uint64_t Group::step_of(int r) const { return count_of(ctl(r)->step.load(std::memory_order_acquire)); }
+int64_t Group::rounds_since(int r, uint64_t base) const {
+  return rounds_ahead(ctl(r)->step.load(std::memory_order_acquire), base & kCountMask);
+}
+std::byte* Group::exposed(int r, int which) const { return ctl(r)->exposed[which]; }
+void Group::mark_exposed() { ctl(rank_)->exposed_for.store(step_ + 1, std::memory_order_relaxed); }
+bool Group::exposed_for(int r, uint64_t base) const {
+  return ctl(r)->exposed_for.load(std::memory_order_relaxed) == base + 1;
+}
+
+namespace {
+uint64_t claim_word(uint64_t count, int claimer) {
+  return (count & kCountMask) | (static_cast<uint64_t>(claimer) + 1) << kHashShift;
+}
+}  // namespace
+
+// The owner's claim may be older than its last round (collectives that take no rounds do not
+// claim theirs). It may also be newer than the next: while the owner was not running, node-mates
+// may have taken several rounds in a row (each claims only the round after r's last claimed one,
+// and only once that one is published: take_round). Then the owner claims none of them; it
+// awaits each in turn, which is over at once for all but the first.
+bool Group::claim_round() {
+  std::atomic<uint64_t>& claim = ctl(rank_)->claim;
+  const uint64_t next = (step_ + 1) & kCountMask;
+  uint64_t c = claim.load(std::memory_order_acquire);
+  do {
+    if (rounds_ahead(c, next) >= 0) return false;
+  } while (!claim.compare_exchange_weak(c, claim_word(next, rank_), std::memory_order_acq_rel));
+  return true;
+}
+
+bool Group::take_round(int r, uint64_t count) {
+  const uint64_t before = (count - 1) & kCountMask;
+  uint64_t c = ctl(r)->claim.load(std::memory_order_acquire);
+  if (count_of(c) != before || step_of(r) != before) return false;
+  return ctl(r)->claim.compare_exchange_strong(c, claim_word(count, rank_), std::memory_order_acq_rel);
+}
+
+void Group::publish_taken_round(int r, uint64_t count) {
+  // r alone writes its hash (announce, then its first arrive); it cannot announce again before
+  // this round is published, so the word read here carries the hash r announced last.
+  const uint64_t w = ctl(r)->step.load(std::memory_order_relaxed);
+  ctl(r)->step.store((count & kCountMask) | (hash_of(w) << kHashShift), std::memory_order_release);
+  ring(/*always=*/false);
+}
+
+void Group::await_taken_round(const OpInfo& op) {
+  const uint64_t next = (step_ + 1) & kCountMask;
+  const int taker = static_cast<int>(hash_of(ctl(rank_)->claim.load(std::memory_order_acquire))) - 1;
+  wait([&] { return rounds_ahead(ctl(rank_)->step.load(std::memory_order_acquire), next) >= 0; },
+       [&] { return std::vector<int>{taker}; }, op, "finish the round it took from this rank");
+  step_ = next;
+}
+
 // Publisher side of the eventcount (see Header). The fence orders this rank's store before its
 // read of `sleepers`; a sleeper orders its count before its read of the words it waits on. So
 // either the sleeper sees the store or this rank sees the sleeper. Both fences are the StoreLoad
@@ -366,7 +420,7 @@ void Group::wait_all(const OpInfo& op, int lag) {
         }
         return true;
       },
-      [&] { return behind(target); }, op, "arrive");
+      [&] { return behind(target); }, op, "arrive", /*may_take_rounds=*/true);
   if (!fp_pending_) return;
   // The common case, without a call: every rank's word, as the wait saw it, is at this round
   // and carries this rank's hash (its own word included). Anything else is settled in full.
@@ -494,7 +548,7 @@ bool Group::move_off_cpu() {
 }
 
 template <class Ready, class Missing>
-void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for) {
+void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for, bool may_take_rounds) {
   // A rank we wait for that last arrived from this rank's CPU most likely waits in this CPU's run
   // queue: the scheduler stacked the two (a busy process on the other core, torch's threads, a
   // wake-up placed beside its waker) although the affinities leave room. Spinning on then only
@@ -517,12 +571,26 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
   auto next_check = start + std::chrono::milliseconds(10);  // liveness reads /proc: not on every wait
   Clock::time_point deadline = op.deadline;  // moved once, to a late rank's own (below)
   int sleep_us = 2, quiet_us = 200;
+  // From then on the wait tries to take a late rank's round, again after each try that found
+  // none, at intervals doubling to 1 ms (a rank in mid-round, or peers not far enough); its sleeps
+  // end then at the latest, since the late rank, not running, rings nobody.
+  const bool take = may_take_rounds && round_helper_ && !fp_pending_;
+  Clock::time_point take_at = take ? start + cfg_.take_after : Clock::time_point::max();
+  std::chrono::microseconds take_every = cfg_.take_after;
   while (!ready()) {
     // An abort that came after every awaited rank arrived (a rank that found a mismatch in this
     // very round) must not hide this round's own outcome: look at the abort word first, then
     // at readiness again.
     if (aborted() && !ready()) throw_if_aborted(op);
     auto now = Clock::now();
+    if (take && now >= take_at) {
+      if (round_helper_()) {
+        take_every = cfg_.take_after;
+        continue;  // perhaps ready now; if not, another round may be there to take
+      }
+      take_every = std::min(take_every * 2, std::chrono::microseconds(1000));
+      take_at = now + take_every;
+    }
     if (idle_ && (!idle_only_while_ || idle_only_while_())) {
       // Across nodes the wait drives the network (idle_), which no doorbell announces: poll.
       // Yield for the first couple of milliseconds, then sleep, backing off to 200 us. A rank
@@ -542,7 +610,7 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
         ::sched_yield();
       } else if (!moving && now - start >= kQuietAfter) {
         const auto quiet = std::chrono::microseconds(quiet_us);
-        const auto until = std::min({next_check, deadline, now + quiet});
+        const auto until = std::min({next_check, deadline, now + quiet, std::max(take_at, now)});
         sleep_until_rung(ready_or_news,
                          std::max<std::chrono::nanoseconds>(until - now, std::chrono::microseconds(1)));
         if (until == now + quiet) quiet_us = std::min(quiet_us * 2, 20000);  // only after a whole sleep
@@ -563,8 +631,8 @@ void Group::wait(Ready ready, Missing missing, const OpInfo& op, const char* wai
       now = after;
     } else {
       // Block until a rank arrives (or the next liveness check is due).
-      sleep_until_rung(ready_or_news, std::max<std::chrono::nanoseconds>(std::min(next_check, deadline) - now,
-                                                                         std::chrono::microseconds(1)));
+      const auto until = std::min({next_check, deadline, std::max(take_at, now)});
+      sleep_until_rung(ready_or_news, std::max<std::chrono::nanoseconds>(until - now, std::chrono::microseconds(1)));
       now = Clock::now();
     }
     // A deadline between two liveness checks is looked at once it passes, not at the next check

@@ -56,6 +56,10 @@ struct GroupConfig {
   // other ranks (any process of the same user) may read this rank's memory by cross-memory attach
   // (device/cma_window.cc). False where no algorithm would read it (docs/security.md).
   bool let_peers_read = true;
+  // A rank whose wait for a late node-mate has lasted `take_after` may do that rank's next round
+  // of the staged allreduce or reduce for it (SMDDP_SHM_STEAL; Group::take_round).
+  bool take_rounds = true;
+  std::chrono::microseconds take_after{50};
 };
 
 class Group {
@@ -116,6 +120,41 @@ class Group {
   // Wakes this node's ranks that sleep in a wait (a spurious wake-up for those with nothing new):
   // for a wait whose idle hook has work that no node-mate announces (a send submitted meanwhile).
   void wake_waiters() { ring(/*always=*/true); }
+
+  // --- rounds taken by a node-mate (work stealing: allreduce_rs_ag.cc) ---
+  // A collective whose every round a rank could do for another (its own copies and reductions,
+  // through a peer window onto the other's buffers) lets a rank that would wait for a late
+  // node-mate do that rank's next round instead: with more busy processes than cores the late
+  // rank is most likely not running, and every round it does not have to do is one its peers
+  // need not wait for (docs/algorithms.md, "Taking a late rank's round").
+  static constexpr size_t kExposedBytes = 96;  // a peer-window descriptor (device/peer_window.h)
+  uint64_t step() const { return step_; }       // this rank's round count (its last arrive())
+  uint64_t step_of(int r) const;                // rank r's, as published
+  int64_t rounds_since(int r, uint64_t base) const;  // rank r's rounds since count `base`
+  // The owner, before each round of such a collective: true when it claimed the round (it does
+  // it, then arrive()s); false when a node-mate took it: then await_taken_round().
+  bool claim_round();
+  // Waits until the node-mate that took this rank's round published it (as this rank's
+  // arrive() would have), failing as wait_all() does (that rank died, an abort, the deadline).
+  void await_taken_round(const OpInfo& op);
+  // A waiting rank: claims rank r's round that makes its step `count`, if r has not claimed it
+  // (r's last claimed round is the one before, and r finished it). Exactly one rank wins a round.
+  bool take_round(int r, uint64_t count);
+  // After doing it: rank r's step is `count` (with the fingerprint hash r's word carries), and
+  // the node's sleepers are rung.
+  void publish_taken_round(int r, uint64_t count);
+  std::byte* exposed(int r, int which) const;  // rank r's descriptors: 0 send, 1 recv
+  // This rank wrote its descriptors for the collective that began at its step(); published by
+  // its next arrive(). Whether rank r did so for the collective that began at `base`.
+  void mark_exposed();
+  bool exposed_for(int r, uint64_t base) const;
+  // Called by wait_all() while it waits for late ranks, once it has waited `take_after` (and
+  // never in a collective's first wait, before its fingerprints are compared): takes a late
+  // rank's round if it can, returning whether it did. Set for the length of one collective.
+  void set_round_helper(std::function<bool()> f) { round_helper_ = std::move(f); }
+  uint64_t rounds_taken() const { return rounds_taken_; }  // by this rank from node-mates, ever
+  void count_taken_round() { ++rounds_taken_; }
+  bool take_rounds() const { return cfg_.take_rounds; }
 
   // Publishes the deadline of the collective this rank begins: a node-mate whose wait for this
   // rank times out first waits until then (plus the time to report), so the error names what
@@ -226,7 +265,7 @@ class Group {
   std::vector<int> global(const std::vector<int>& locals) const;
 
   template <class Ready, class Missing>
-  void wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for);
+  void wait(Ready ready, Missing missing, const OpInfo& op, const char* waiting_for, bool may_take_rounds = false);
   // An eventcount: a bell (the futex word) and the count of its sleepers.
   template <class Ready>
   void sleep_on_bell(std::atomic<uint32_t>& bell, std::atomic<uint32_t>& sleepers, Ready ready,
@@ -249,6 +288,8 @@ class Group {
   std::function<bool()> idle_;
   std::function<bool()> idle_only_while_;
   std::function<bool()> idle_news_;
+  std::function<bool()> round_helper_;
+  uint64_t rounds_taken_ = 0;
   std::vector<const void*> fifo_owner_;  // [outgoing * size_ + peer]: the op moving a message
   // [dst]: this rank reserved the ring of its FIFO to dst (fifo_push); touched, like
   // fifo_owner_, only by the thread moving point-to-point messages.

@@ -89,6 +89,18 @@ struct alignas(128) Group::RankCtl {
   // from one it fills rings it, so no other rank's traffic wakes it.
   alignas(64) std::atomic<uint32_t> fifo_bell;
   std::atomic<uint32_t> fifo_sleepers;
+  // Who does this rank's next round of a collective that lets node-mates take rounds
+  // (allreduce_rs_ag.cc): the step count that round makes, and 1 + the rank that claimed it
+  // (high bits, as a step word's hash). The owner claims each round before it works; a waiting
+  // node-mate may claim it instead (Group::take_round), and exactly one compare-exchange wins.
+  alignas(64) std::atomic<uint64_t> claim;
+  // The step count at which the collective whose buffers `exposed` describes began (+1, so the
+  // zero-filled segment means none): a node-mate takes rounds only of a rank that exposed its
+  // buffers for the collective they both run (SMDDP_SHM_STEAL may differ between ranks).
+  std::atomic<uint64_t> exposed_for;
+  // What the rank exposed of its buffers for such a collective (send, recv): peer-window
+  // descriptors, written before the collective's first arrive().
+  alignas(64) std::byte exposed[2][Group::kExposedBytes];
 };
 
 struct Group::FifoCtl {
