@@ -404,6 +404,16 @@ std::vector<int> Group::behind(uint64_t target) const {
   std::vector<int> v;
   for (int r = 0; r < size_; ++r)
     if (rounds_ahead(ctl(r)->step.load(std::memory_order_acquire), target) < 0) v.push_back(r);
+  // A late rank's round that a node-mate took waits on that node-mate (take_round): if it died
+  // holding the round, that is the rank to name, and the one whose liveness decides.
+  const size_t late = v.size();
+  for (size_t i = 0; i < late; ++i) {
+    const uint64_t c = ctl(v[i])->claim.load(std::memory_order_acquire);
+    const int taker = static_cast<int>(hash_of(c)) - 1;
+    if (taker >= 0 && taker < size_ && taker != v[i] && rounds_ahead(c, step_of(v[i])) > 0 &&
+        std::find(v.begin(), v.end(), taker) == v.end())
+      v.push_back(taker);
+  }
   return v;
 }
 
