@@ -195,7 +195,9 @@ void rs_ag_rounds(Context& ctx, const void* send, void* recv, size_t count, Data
     // (docs/performance.md): with a second parity a 256 KiB message took 2-3x as long.
     if (k == 0) p0 = ctx.shm.begin_round();
     else if (n > 1) ctx.shm.begin_round();
-    if (ctx.shm.claim_round()) {
+    // Without taking, no node-mate touches this rank's rounds (they look only at ranks that
+    // exposed their buffers for this collective): no claim, so no atomic on the round's path.
+    if (!takes || ctx.shm.claim_round()) {
       do_round(k, me, mine);
       ctx.arrive();
     } else {
