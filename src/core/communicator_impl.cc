@@ -96,6 +96,7 @@ int shm_ahead_setting(bool oversubscribed) {
 
 shm::GroupConfig group_config(bool oversubscribed, bool let_peers_read) {
   shm::GroupConfig c;
+  c.let_peers_read = let_peers_read;
   c.take_rounds = config::get_bool("SMDDP_SHM_STEAL");
   // With more ranks than cores every round is a wait for a rank that may not be running: fewer,
   // larger rounds were 20-45% faster from 1 MiB up at w=4 on 2 cores; with a core per rank the
