@@ -14,6 +14,7 @@
 #include "core/logging.h"
 #include "core/p2p.h"
 #include "core/host_staging.h"
+#include "core/shm_settings.h"
 #include "device/cuda.h"
 #include "device/device.h"
 #include "device/host_copy.h"
@@ -55,21 +56,6 @@ std::string next_store_prefix(Store& store, const std::string& name, int rank) {
   return "smddp/" + name + "/" + std::to_string(generation) + "/";
 }
 
-// `oversubscribed`: more of the communicator's ranks than cores on this kernel
-// (topology::Topology::oversubscribed; the same answer on every rank of a node, so their
-// layouts agree).
-// A size setting of the shared-memory segment, within 1 byte to 1 GiB: the segment's layout
-// multiplies it by the ranks (a wrapped product overlaps regions) and rounds it up to pages or
-// powers of two (a negative value made 0-byte slots, and a FIFO size whose doubling never ended).
-size_t segment_size_setting(const char* name) {
-  const int64_t v = config::get_int(name);
-  constexpr int64_t kMax = int64_t{1} << 30;
-  if (v < 1 || v > kMax)
-    throw InvalidArgument(std::string("smddp: ") + name + "=" + config::get_string(name) +
-                          " is outside [1, 1g] bytes");
-  return static_cast<size_t>(v);
-}
-
 // SMDDP_CUDA_STAGING_PIECE, checked: 0 (whole buffers) or at least 64k, since each piece is a
 // collective of its own and pays its rounds.
 size_t staging_piece_setting() {
@@ -79,43 +65,6 @@ size_t staging_piece_setting() {
   if (v > 0 && static_cast<size_t>(v) < kMinStagingPiece)
     throw InvalidArgument(what + " is below 64k (each piece is a collective of its own); 0 stages whole buffers");
   return static_cast<size_t>(v);
-}
-
-// Rounds the staged allreduce may run ahead of a late node-mate; each costs every rank two more
-// staging slots. auto: one where the ranks outnumber the cores, where every wait is for a rank
-// that may not be running (docs/performance.md); none with a core per rank, where the slack
-// measured a few percent and the node's /dev/shm would hold half as many communicators.
-int shm_ahead_setting(bool oversubscribed) {
-  if (config::get_string("SMDDP_SHM_AHEAD") == "auto") return oversubscribed ? 1 : 0;
-  const int64_t v = config::get_int("SMDDP_SHM_AHEAD");
-  if (v < 0 || v > 7)
-    throw InvalidArgument("smddp: SMDDP_SHM_AHEAD=" + config::get_string("SMDDP_SHM_AHEAD") +
-                          " is out of range (0 to 7 rounds)");
-  return static_cast<int>(v);
-}
-
-shm::GroupConfig group_config(bool oversubscribed, bool let_peers_read) {
-  shm::GroupConfig c;
-  c.let_peers_read = let_peers_read;
-  c.take_rounds = config::get_bool("SMDDP_SHM_STEAL");
-  // With more ranks than cores every round is a wait for a rank that may not be running: fewer,
-  // larger rounds were 20-45% faster from 1 MiB up at w=4 on 2 cores; with a core per rank the
-  // smaller chunk pipelines better (docs/performance.md).
-  c.slot_bytes = config::get_string("SMDDP_SHM_CHUNK") == "auto"
-                     ? (oversubscribed ? size_t{1} << 20 : size_t{256} << 10)
-                     : segment_size_setting("SMDDP_SHM_CHUNK");
-  c.slot_parts = shm_ahead_setting(oversubscribed) + 1;
-  c.fifo_bytes = segment_size_setting("SMDDP_SHM_FIFO");
-  c.spin = static_cast<int>(config::get_int("SMDDP_SPIN"));
-  c.move_off_shared_cpu = config::get_bool("SMDDP_MOVE_OFF_SHARED_CPU");
-  // More ranks than cores: spinning only steals the time slice of the rank we wait for. That
-  // counts the ranks of other nodes on this kernel too (network namespaces, containers): their
-  // ranks are the ones a node's rank waits for between hosts, on the same cores.
-  if (oversubscribed) {
-    c.spin = std::min(c.spin, 64);
-    c.yield_to_peers = true;
-  }
-  return c;
 }
 
 }  // namespace
@@ -211,7 +160,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     };
     or_tell_the_others([&] {
       shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
-                                          group_config(topo_.oversubscribed(), host_reads), options_.timeout, topo_.local_ranks());
+                                          shm_group_config(topo_.oversubscribed(), host_reads), options_.timeout, topo_.local_ranks());
     });
     or_tell_the_others([&] {
       net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, process_local_rank(), options_.timeout);
@@ -246,7 +195,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                           ", but this build has no libfabric transport (SMDDP_WITH_LIBFABRIC=OFF)");
 #endif
   } else {
-    shm_ = std::make_unique<shm::Group>(*store_, rank, size, group_config(topo_.oversubscribed(), host_reads), options_.timeout);
+    shm_ = std::make_unique<shm::Group>(*store_, rank, size, shm_group_config(topo_.oversubscribed(), host_reads), options_.timeout);
   }
   if (!scratch_) scratch_ = std::make_unique<algorithms::ScratchPool>();
   p2p_staging_ = std::make_unique<P2pStagingPool>(cuda_copy_on, cuda_copy_off, kScratchKeep);
