@@ -4,7 +4,7 @@
 # 1. smddp-perf (C++, no torch) at w=2 and w=4: allreduce, allgather, reduce_scatter
 # 2. torch.distributed sweep, smddp vs gloo vs mpi, w=2 and w=4, with the memcpy ceiling, plus
 #    DDP and FSDP training-step times; allreduce again with the cores shared three ways (each
-#    point the median of 3 runs per backend, alternating)
+#    point the median of 3 runs per backend, alternating; then smddp and Open MPI at every 4x)
 # 3. the link ceiling: iperf3 between two namespace hosts, unshaped and capped at 10 Gbit/s
 # 4. smddp-perf across 2 namespace hosts x 2 ranks (libfabric), unshaped and capped
 # 5. every target of #12 and #18 beside today's figure from 2-4 (benchmarks/targets.py):
@@ -60,6 +60,10 @@ for np in 2 4; do
   tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
     --backends smddp,mpi,gloo --ops allreduce --min 8 --max 64M --factor 32 --contention 1,unset,hog --paired \
     --rounds 5 --row-time 0.2 --out "$OUT/contention_np$np"
+  # #18 asks every size: smddp and Open MPI at every 4x (targets.py reads this one for #18)
+  tools/devenv run -- env PYTHONPATH=build/trixie/python python3 benchmarks/torch_collectives.py --np $np \
+    --backends smddp,mpi --ops allreduce --min 8 --max 64M --factor 4 --contention 1,unset,hog --paired \
+    --rounds 5 --row-time 0.2 --out "$OUT/contention_dense_np$np"
 done
 echo "contention sweeps done"
 

@@ -5,7 +5,8 @@
 Reads DIR/torch_np{2,4}/results.csv (smddp beside gloo, Open MPI and the single-core memcpy
 ceiling, with the DDP and FSDP steps), DIR/contention_np{2,4}/results.csv (OMP_NUM_THREADS=1,
 unset, and a busy process per core; with results_rounds.csv beside it, #18's ratios are paired
-within each round) and DIR/netns_*.md (smddp-perf across two namespace hosts
+within each round; DIR/contention_dense_np{2,4}, the same at every 4x of the sizes, instead where
+it exists) and DIR/netns_*.md (smddp-perf across two namespace hosts
 beside iperf3 on the same link). Each target gets its worst point, where it is, how many points
 miss the bar, and whether it is met. A point of smddp's that failed, read NaN or gave wrong results
 is a miss ("not measured"), never a pass; a target with no input at all is "not measured". Ratios are of times (peer / smddp: above 1, smddp is faster) except
@@ -150,12 +151,15 @@ def contention_targets(d):
     within a round the modes of one backend ran back to back (`--paired`)."""
     out = []
     for w in WORLDS:
-        base = os.path.join(d, f"contention_np{w}")
+        # The dense sweep (run_all.sh step 2b, smddp and Open MPI at every 4x of 8 B-64 MiB) where
+        # it was run: #18 asks every size, and the three-backend sweep beside it samples six.
+        dense = os.path.join(d, f"contention_dense_np{w}")
+        base = dense if os.path.isdir(dense) else os.path.join(d, f"contention_np{w}")
         per_round = load(os.path.join(base, "results_rounds.csv"))
         rounds = ([[r for r in per_round if r.get("round") == k] for k in sorted({r.get("round") for r in per_round})]
                   if per_round else [load(os.path.join(base, "results.csv"))])
         paired = " (median of per-round ratios)" if per_round else ""
-        where = f"w={w}, allreduce, torch"
+        where = f"w={w}, allreduce, torch" + (", every 4x" if base == dense else "")
         same = Target("#18", "smddp OMP unset / OMP=1 (time)" + paired, where, 1.2, higher=False)
         vs_mpi = Target("#18", "OMP unset: Open MPI / smddp (time)" + paired, where, 1.0)
         hog_loss = Target("#18", "beside a busy core: smddp's slowdown / Open MPI's" + paired, where, 1.0,

@@ -118,3 +118,17 @@ def test_contention_ratios_pair_within_rounds(tmp_path):
         "worst 1.10x at 8 B; 1 of 2 points miss (1 not measured)", "no"]
     # Open MPI's unset over smddp's in the rounds where it ran: 1.0 and 2.67 -> 1.83
     assert t[("OMP unset: Open MPI / smddp (time)" + paired, w2)][4:] == ["worst 1.83x at 8 B", "yes"]
+
+
+def test_contention_reads_the_dense_sweep_where_it_was_run(tmp_path):
+    """#18 asks every size: where run_all.sh's dense sweep (contention_dense_np{2,4}) is there, its
+    rows decide and say so in "where"; the six-size sweep beside it, here passing, is not read."""
+    write_csv(tmp_path / "contention_np2" / "results.csv", [
+        row("smddp", "allreduce", 8, 10.0), row("smddp", "allreduce", 8, 10.0, mode="unset")])
+    write_csv(tmp_path / "contention_dense_np2" / "results.csv", [
+        row("smddp", "allreduce", 8, 10.0), row("smddp", "allreduce", 8, 10.0, mode="unset"),
+        row("smddp", "allreduce", 2 << 20, 100.0), row("smddp", "allreduce", 2 << 20, 130.0, mode="unset")])
+    t = report(tmp_path)
+    assert ("smddp OMP unset / OMP=1 (time)", "w=2, allreduce, torch") not in t
+    assert t[("smddp OMP unset / OMP=1 (time)", "w=2, allreduce, torch, every 4x")][4:] == [
+        "worst 1.30x at 2 MiB; 1 of 2 points miss", "no"]
