@@ -159,7 +159,7 @@ bool host_window_wins(CollKind kind, size_t bytes, int world_size) {
   if (mode == "off" || world_size < 2 || (mode == "auto" && world_size != 2)) return false;
   constexpr size_t KiB = 1024, MiB = 1024 * KiB;
   switch (kind) {
-    case CollKind::allreduce: return bytes >= 4 * MiB && bytes <= 16 * MiB;
+    case CollKind::allreduce: return bytes >= 2 * MiB && bytes <= 16 * MiB;
     case CollKind::reduce_scatter: return bytes >= 1 * MiB && bytes <= 16 * MiB;
     case CollKind::allgather: return bytes >= 256 * KiB && bytes <= 32 * MiB;
     default: return false;
