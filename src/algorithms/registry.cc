@@ -151,15 +151,16 @@ namespace {
 // Host memory, one node, a CPU per rank: the sizes in which the single-copy algorithms over
 // cross-memory attach beat the staged ones through torch at w=2 (docs/algorithms.md, "The
 // single-copy algorithms"): one copy per byte where staging makes two, and fewer rounds. Below,
-// their three rounds cost more than the copy saves; above, both are bound by memory, and the
-// kernel pins every page it copies. With more ranks than cores they lose (a read is a system call
-// that cannot hand the core to the rank it waits for). `bytes` as select() takes them.
+// their rounds (two for the allreduce, which writes its peers' outputs) cost more than the copy
+// saves; above, both are bound by memory, and the kernel pins every page it copies. With more
+// ranks than cores they lose (a read is a system call that cannot hand the core to the rank it
+// waits for). `bytes` as select() takes them.
 bool host_window_wins(CollKind kind, size_t bytes, int world_size) {
   const std::string& mode = host_window_mode();
   if (mode == "off" || world_size < 2 || (mode == "auto" && world_size != 2)) return false;
   constexpr size_t KiB = 1024, MiB = 1024 * KiB;
   switch (kind) {
-    case CollKind::allreduce: return bytes >= 2 * MiB && bytes <= 16 * MiB;
+    case CollKind::allreduce: return bytes >= 1 * MiB && bytes <= 16 * MiB;
     case CollKind::reduce_scatter: return bytes >= 1 * MiB && bytes <= 16 * MiB;
     case CollKind::allgather: return bytes >= 256 * KiB && bytes <= 32 * MiB;
     default: return false;

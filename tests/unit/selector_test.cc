@@ -56,7 +56,7 @@ TEST(Selector, HostMemoryAtTwoRanksWithACpuEachTakesTheWindowAlgorithmsInTheirSi
     size_t min, max;
     const char* staged;
   };
-  for (const Band& b : {Band{CollKind::allreduce, 2 * MiB, 16 * MiB, "rs_ag"},
+  for (const Band& b : {Band{CollKind::allreduce, 1 * MiB, 16 * MiB, "rs_ag"},
                         Band{CollKind::reduce_scatter, 1 * MiB, 16 * MiB, "direct"},
                         Band{CollKind::allgather, 256 * KiB, 32 * MiB, "direct"}}) {
     const char* k = to_string(b.kind);
