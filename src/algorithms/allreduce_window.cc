@@ -36,9 +36,8 @@ void allreduce_window(Context& ctx, const CollArgs& a) {
   // Scratch for w-1 peer pieces of one chunk, bounded like the staging slots.
   const size_t chunk = std::max<size_t>(1, ctx.shm.slot_bytes() / es);
   std::byte* scratch = scratch_buffer(ctx, kWindowScratchSlot, chunk * es * static_cast<size_t>(w > 1 ? w - 1 : 1));
-  // A writable window (CMA) writes host memory; one that maps its peers (CUDA IPC) only reads.
-  bool push = ctx.windows->writable();
-  for (int j = 0; j < w; ++j) push = push && (j == me || !peers[static_cast<size_t>(j)][1].mapped);
+  // A writable window (CMA) writes its peers' host memory; CUDA IPC windows only read.
+  const bool push = ctx.windows->writable();
   std::vector<const void*> srcs(static_cast<size_t>(w));
   const auto seg = patterns::block(a.count, w, me);
   for (size_t c = 0; c < patterns::num_chunks(seg.count, chunk); ++c) {
