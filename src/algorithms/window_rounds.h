@@ -3,6 +3,7 @@
 // leaves (and frees or reuses its buffers) before every rank has finished reading.
 #pragma once
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -32,5 +33,15 @@ void fetch_peer(Context& ctx, const device::PeerBuffer& b, size_t offset, void* 
 
 // Scratch slot the single-copy algorithms use for pieces read from peers (scratch_pool.h).
 inline constexpr size_t kWindowScratchSlot = 4;
+
+// Elements of type size `es` in each piece the window allreduce and reduce_scatter read, reduce
+// and write: 256 KiB, or the staging chunk where that is smaller (tests use small slots to make
+// several pieces of a small message). Not the staging chunk itself: the window's bands were
+// measured with 256 KiB pieces, whose scratch stays in a core's L2 between the read and the
+// reduction, and since the chunk grew to 1 MiB (docs/performance.md) the two differ.
+inline size_t window_piece_elems(const Context& ctx, size_t es) {
+  constexpr size_t kPieceBytes = size_t{256} << 10;
+  return std::max<size_t>(1, std::min(ctx.shm.slot_bytes(), kPieceBytes) / es);
+}
 
 }  // namespace smddp::algorithms
