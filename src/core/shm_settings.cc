@@ -42,12 +42,16 @@ shm::GroupConfig shm_group_config(bool oversubscribed, bool let_peers_read) {
   shm::GroupConfig c;
   c.let_peers_read = let_peers_read;
   c.take_rounds = config::get_bool("SMDDP_SHM_STEAL");
-  // With more ranks than cores every round is a wait for a rank that may not be running: fewer,
-  // larger rounds were 20-45% faster from 1 MiB up at w=4 on 2 cores; with a core per rank the
-  // smaller chunk pipelines better (docs/performance.md).
-  c.slot_bytes = config::get_string("SMDDP_SHM_CHUNK") == "auto"
-                     ? (oversubscribed ? size_t{1} << 20 : size_t{256} << 10)
-                     : segment_size_setting("SMDDP_SHM_CHUNK");
+  // 1 MiB, with or without a core per rank. A rank rewrites its slot two rounds after its
+  // node-mates read it; while they still cache those lines, every store first takes them back
+  // from their caches, 4-5x the cost of a store to a line no other core holds (measured). Rounds
+  // that each move more than a core's L2 have evicted them by then: with a core per rank, 1 MiB
+  // chunks made the staged allreduce, reduce_scatter and broadcast 1.3-3x faster than 256 KiB
+  // from 512 KiB to 4 MiB at w=2. With more ranks than cores fewer, larger rounds pay besides
+  // (each a wait for a rank that may not be running): 20-45% at w=4 on 2 cores
+  // (docs/performance.md, "Rewriting lines a peer still caches").
+  c.slot_bytes = config::get_string("SMDDP_SHM_CHUNK") == "auto" ? size_t{1} << 20
+                                                                 : segment_size_setting("SMDDP_SHM_CHUNK");
   c.slot_parts = shm_ahead_setting(oversubscribed) + 1;
   c.fifo_bytes = segment_size_setting("SMDDP_SHM_FIFO");
   c.spin = static_cast<int>(config::get_int("SMDDP_SPIN"));
