@@ -160,7 +160,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     };
     or_tell_the_others([&] {
       shm_ = std::make_unique<shm::Group>(node_store, topo_.local_rank(), topo_.local_size(),
-                                          shm_group_config(topo_.oversubscribed(), host_reads), options_.timeout, topo_.local_ranks());
+                                          shm_group_config(topo_.oversubscribed(), host_reads, topo_.local_size()), options_.timeout,
+                                          topo_.local_ranks());
     });
     or_tell_the_others([&] {
       net_ = std::make_unique<ofi::Endpoint>(*store_, rank, size, process_local_rank(), options_.timeout);
@@ -195,7 +196,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                           ", but this build has no libfabric transport (SMDDP_WITH_LIBFABRIC=OFF)");
 #endif
   } else {
-    shm_ = std::make_unique<shm::Group>(*store_, rank, size, shm_group_config(topo_.oversubscribed(), host_reads), options_.timeout);
+    shm_ = std::make_unique<shm::Group>(*store_, rank, size, shm_group_config(topo_.oversubscribed(), host_reads, size),
+                                        options_.timeout);
   }
   if (!scratch_) scratch_ = std::make_unique<algorithms::ScratchPool>();
   p2p_staging_ = std::make_unique<P2pStagingPool>(cuda_copy_on, cuda_copy_off, kScratchKeep);

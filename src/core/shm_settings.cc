@@ -38,19 +38,32 @@ int shm_ahead_setting(bool oversubscribed) {
 
 }  // namespace
 
-shm::GroupConfig shm_group_config(bool oversubscribed, bool let_peers_read) {
+// A rank rewrites its slot two rounds after its node-mates read it; while they still cache those
+// lines, every store first takes them back from their caches, 4-5x the cost of a store to a line
+// no other core holds (measured on this 2-core EPYC VM, 1 MiB of L2 a core). Rounds that each
+// move more than a core's L2 have evicted them by then: with a core per rank, 1 MiB chunks made
+// the staged allreduce, reduce_scatter and broadcast 1.4-3.6x faster than 256 KiB at 1-4 MiB,
+// w=2. With more ranks than cores fewer, larger rounds pay besides (each a wait for a rank that
+// may not be running): 20-45% at w=4 on 2 cores (docs/performance.md, "Rewriting lines a peer
+// still caches"). The slots are 2 x ranks x chunk of /dev/shm per communicator, so with a core
+// per rank the chunk halves from 1 MiB (down to the former 256 KiB) while ranks x chunk exceeds
+// 4 MiB: at most 8 MiB of slots from 4 ranks up (16 with 8 ranks at 1 MiB, of Docker's 64), and
+// a rank's round at 8 ranks still moves about a MiB. Where ranks outnumber cores the shared
+// cores, not /dev/shm, are what a job runs short of first: 1 MiB.
+size_t auto_chunk_bytes(bool oversubscribed, int local_ranks) {
+  constexpr size_t KiB = 1024, MiB = 1024 * KiB;
+  size_t chunk = MiB;
+  if (oversubscribed) return chunk;
+  const size_t w = static_cast<size_t>(std::max(local_ranks, 1));
+  while (chunk > 256 * KiB && chunk * w > 4 * MiB) chunk /= 2;
+  return chunk;
+}
+
+shm::GroupConfig shm_group_config(bool oversubscribed, bool let_peers_read, int local_ranks) {
   shm::GroupConfig c;
   c.let_peers_read = let_peers_read;
   c.take_rounds = config::get_bool("SMDDP_SHM_STEAL");
-  // 1 MiB, with or without a core per rank. A rank rewrites its slot two rounds after its
-  // node-mates read it; while they still cache those lines, every store first takes them back
-  // from their caches, 4-5x the cost of a store to a line no other core holds (measured). Rounds
-  // that each move more than a core's L2 have evicted them by then: with a core per rank, 1 MiB
-  // chunks made the staged allreduce, reduce_scatter and broadcast 1.3-3x faster than 256 KiB
-  // from 512 KiB to 4 MiB at w=2. With more ranks than cores fewer, larger rounds pay besides
-  // (each a wait for a rank that may not be running): 20-45% at w=4 on 2 cores
-  // (docs/performance.md, "Rewriting lines a peer still caches").
-  c.slot_bytes = config::get_string("SMDDP_SHM_CHUNK") == "auto" ? size_t{1} << 20
+  c.slot_bytes = config::get_string("SMDDP_SHM_CHUNK") == "auto" ? auto_chunk_bytes(oversubscribed, local_ranks)
                                                                  : segment_size_setting("SMDDP_SHM_CHUNK");
   c.slot_parts = shm_ahead_setting(oversubscribed) + 1;
   c.fifo_bytes = segment_size_setting("SMDDP_SHM_FIFO");

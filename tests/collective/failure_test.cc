@@ -451,7 +451,7 @@ TEST(Failure, SpanningNodesWithoutLibfabricIsAClearError) {
 // receive touches it (most jobs never use them).
 TEST(Failure, DevShmWithoutRoomIsAClearError) {
   const std::string out = with_small_dev_shm("1m", [] {
-    // Setup: 4 ranks' slots need at least 2 MiB.
+    // Setup: 4 ranks' slots need at least 8 MiB (1 MiB chunks).
     auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
       Options o;
       o.timeout = 60s;

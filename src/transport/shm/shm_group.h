@@ -41,7 +41,7 @@
 namespace smddp::shm {
 
 struct GroupConfig {
-  size_t slot_bytes = 256 << 10;
+  size_t slot_bytes = 256 << 10;  // tests' default; the library's is core/shm_settings.cc's
   // Slots per rank and parity (SMDDP_SHM_AHEAD + 1): the staged allreduce lets a rank run that
   // many rounds less one ahead of its slowest node-mate (allreduce_rs_ag.cc); other collectives
   // use the first.
