@@ -33,9 +33,8 @@ void allreduce_window(Context& ctx, const CollArgs& a) {
   const size_t es = dtype_size(a.dtype), bytes = a.count * es;
   OpenWindows peers;  // [j][0]: rank j's input, [j][1]: its output
   if (!open_windows(ctx, {{a.send, bytes}, {a.recv, bytes}}, peers)) return allreduce_rs_ag(ctx, a);
-  // Scratch for w-1 peer pieces of one chunk (window_piece_elems: at most 256 KiB each).
   const size_t chunk = window_piece_elems(ctx, es);
-  std::byte* scratch = scratch_buffer(ctx, kWindowScratchSlot, chunk * es * static_cast<size_t>(w > 1 ? w - 1 : 1));
+  std::byte* scratch = window_scratch(ctx, chunk, es);
   // A writable window (CMA) writes its peers' host memory; CUDA IPC windows only read.
   const bool push = ctx.windows->writable();
   std::vector<const void*> srcs(static_cast<size_t>(w));

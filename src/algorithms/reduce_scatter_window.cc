@@ -15,7 +15,7 @@ void reduce_scatter_window(Context& ctx, const CollArgs& a) {
   OpenWindows peers;  // [j][0]: rank j's whole input, w blocks
   if (!open_windows(ctx, {{a.send, block * static_cast<size_t>(w)}}, peers)) return reduce_scatter_direct(ctx, a);
   const size_t chunk = window_piece_elems(ctx, es);
-  std::byte* scratch = scratch_buffer(ctx, kWindowScratchSlot, chunk * es * static_cast<size_t>(w > 1 ? w - 1 : 1));
+  std::byte* scratch = window_scratch(ctx, chunk, es);
   std::vector<const void*> srcs(static_cast<size_t>(w));
   for (size_t c = 0; c < patterns::num_chunks(a.count, chunk); ++c) {
     const auto r = patterns::chunk_at(a.count, chunk, c);

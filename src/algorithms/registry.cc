@@ -150,14 +150,14 @@ namespace {
 
 // Host memory, one node, a CPU per rank: the sizes in which the single-copy algorithms over
 // cross-memory attach beat the staged ones through torch at w=2 (docs/algorithms.md, "The
-// single-copy algorithms"): one copy per byte where staging makes two, and fewer rounds. Since
-// the staging chunk is 1 MiB the staged ones are faster there when the two cores share a cache,
-// but 4-5x slower when they do not, where these are not (docs/performance.md, "Rewriting lines
-// a peer still caches"; the allreduce measured so, reduce_scatter and allgather not rechecked). Below,
+// single-copy algorithms"): one copy per byte where staging makes two, and fewer rounds. Below,
 // their rounds (two for the allreduce, which writes its peers' outputs) cost more than the copy
 // saves; above, both are bound by memory, and the kernel pins every page it copies. With more
 // ranks than cores they lose (a read is a system call that cannot hand the core to the rank it
-// waits for). `bytes` as select() takes them.
+// waits for). Since the staging chunk is 1 MiB the staged ones are faster in these bands when
+// the two cores share a cache, but 4-5x slower when they do not, where these are not
+// (docs/performance.md, "Rewriting lines a peer still caches"; measured for the allreduce,
+// reduce_scatter and allgather not rechecked). `bytes` as select() takes them.
 bool host_window_wins(CollKind kind, size_t bytes, int world_size) {
   const std::string& mode = host_window_mode();
   if (mode == "off" || world_size < 2 || (mode == "auto" && world_size != 2)) return false;

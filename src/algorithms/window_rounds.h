@@ -44,4 +44,11 @@ inline size_t window_piece_elems(const Context& ctx, size_t es) {
   return std::max<size_t>(1, std::min(ctx.shm.slot_bytes(), kPieceBytes) / es);
 }
 
+// Room for one piece (window_piece_elems) from each of the w-1 peers, which view_peer reads into
+// where the window does not map them: piece j at j x piece_elems x es.
+inline std::byte* window_scratch(Context& ctx, size_t piece_elems, size_t es) {
+  const size_t peers = ctx.size() > 1 ? static_cast<size_t>(ctx.size() - 1) : 1;
+  return scratch_buffer(ctx, kWindowScratchSlot, piece_elems * es * peers);
+}
+
 }  // namespace smddp::algorithms
