@@ -38,6 +38,26 @@ using algorithms::CollKind;
 
 namespace {
 
+// A collective's family for StoreKindChooser (its kind), and its message size as every rank of it
+// sees the same: every rank counts the same collectives in each class. -1 where the ranks' sizes
+// may differ.
+int store_family(const CollArgs& a) {
+  switch (a.kind) {
+    case CollKind::allreduce:
+    case CollKind::broadcast:
+    case CollKind::reduce:
+    case CollKind::allgather:
+    case CollKind::reduce_scatter: return static_cast<int>(a.kind);
+    default: return -1;
+  }
+}
+size_t message_bytes_everywhere(const CollArgs& a, int size) {
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  return a.kind == CollKind::allgather || a.kind == CollKind::reduce_scatter ? bytes * static_cast<size_t>(size) : bytes;
+}
+static_assert(static_cast<int>(CollKind::reduce) < device::StoreKindChooser::kFamilies &&
+              static_cast<int>(CollKind::broadcast) < device::StoreKindChooser::kFamilies);
+
 // Scratch buffers up to this size stay with the communicator between collectives; larger ones
 // (a one-off huge message through an algorithm that needs scratch of its size) are freed.
 constexpr size_t kScratchKeep = size_t{64} << 20;
@@ -115,6 +135,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     staging_piece_ = staging_piece_setting();
     algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
     device::host_copy_kind();     // and a bad SMDDP_HOST_COPY
+    slot_stores_ = device::StoreKindChooser(device::StoreKindChooser::parse(config::get_string("SMDDP_SHM_STORES")));
     algorithms::host_window_mode();  // and SMDDP_HOST_WINDOW
     reduce::isa();                   // and SMDDP_REDUCE_ISA
     config::get_int("SMDDP_CUDA_SMS");  // and the CUDA device's, read when a CUDA tensor first comes
@@ -441,7 +462,16 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     device::Device& mem_dev = device_for(args.memory);
     const bool staged = multi_node_ && !mem_dev.network_addressable();
     const size_t piece_elements = staged ? staging_piece_elements(args, size_, staging_piece_) : 0;
-    algorithms::Context ctx{*shm_, staged ? device::host() : mem_dev, op, multi_node_ ? &topo_ : nullptr, net_.get(),
+    // Host memory's copies and reductions into the staging slots take this rank's kind of stores
+    // (device/slot_stores.h), and are timed to choose it.
+    device::Device& algo_dev = staged ? device::host() : mem_dev;
+    std::optional<device::SlotStoreDevice> slot_dev;
+    device::StoreKindChooser::Turn stores;
+    if (&algo_dev == &device::host()) {
+      stores = slot_stores_.begin(store_family(args), message_bytes_everywhere(args, size_));
+      slot_dev.emplace(algo_dev, shm_->slot(0, 0), shm_->all_slots_bytes(), stores.kind);
+    }
+    algorithms::Context ctx{*shm_, slot_dev ? *slot_dev : algo_dev, op, multi_node_ ? &topo_ : nullptr, net_.get(),
                             multi_node_ ? &watch : nullptr, scratch_.get(),
                             windows_for(staged ? Memory{} : args.memory), multi_node_ ? &publish : nullptr};
     if (beside) ctx.beside = &poll_beside;
@@ -472,10 +502,28 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
       ctx.dev.fence();  // the outputs are complete when the collective is
       if (shm_->announcement_pending()) agreement_round(ctx);  // an algorithm that never synchronised
     }
+    if (slot_dev) note_slot_stores(stores, *slot_dev);
     scratch_->trim(kScratchKeep);
   } catch (...) {
     drain_after_failure(args.memory);
     std::rethrow_exception(publish(std::current_exception()));
+  }
+}
+
+void CommunicatorImpl::note_slot_stores(device::StoreKindChooser::Turn turn, const device::SlotStoreDevice& d) {
+  const uint64_t switches = slot_stores_.switches();
+  slot_stores_.end(turn, d.moved(), d.spent_ns());
+  if (turn.probe) {
+    SMDDP_LOG(TRACE, rank_) << "slot stores probe: " << d.moved() << " bytes moved with " << device::to_string(turn.kind)
+                            << " stores in " << d.spent_ns() << " ns";
+  }
+  if (slot_stores_.switches() != switches) {
+    SMDDP_LOG(INFO, rank_) << "stores into the staging slots: "
+                           << algorithms::to_string(static_cast<CollKind>(turn.cls / device::StoreKindChooser::kSizes))
+                           << " of " << device::StoreKindChooser::size_range(turn.cls) << " now "
+                           << device::to_string(slot_stores_.current(turn.cls)) << " (ns per KiB moved: plain "
+                           << slot_stores_.estimate(turn.cls, device::StoreKind::plain) << ", streaming "
+                           << slot_stores_.estimate(turn.cls, device::StoreKind::streaming) << ")";
   }
 }
 

@@ -13,6 +13,7 @@
 #include "algorithms/algorithm.h"
 #include "core/p2p_staging.h"
 #include "core/pair_order.h"
+#include "device/slot_stores.h"
 #include "engine/engine.h"
 #include "smddp/communicator.h"
 #include "topology/topology.h"
@@ -113,6 +114,8 @@ class CommunicatorImpl {
   // What a failed collective raises: `failure`, or what lies behind it (a broken connection's
   // abort; an abort's disagreement, as MismatchError).
   std::exception_ptr cause_of_failure(const OpInfo& op, std::exception_ptr failure);
+  // Tells slot_stores_ what a collective's slot writes cost; logs (INFO) a change of kind.
+  void note_slot_stores(device::StoreKindChooser::Turn turn, const device::SlotStoreDevice& d);
   // After a failed collective on GPU memory: waits for the copies and kernels it queued, which
   // still read and write the caller's buffers (freed once the Work fails). Never throws.
   void drain_after_failure(const Memory& m) noexcept;
@@ -126,6 +129,9 @@ class CommunicatorImpl {
   Options options_;
   bool consistency_;  // SMDDP_CHECK_CONSISTENCY: fingerprints compared in every collective
   size_t staging_piece_;  // SMDDP_CUDA_STAGING_PIECE
+  // This rank's kind of stores into its staging slots (SMDDP_SHM_STORES), measured and chosen
+  // by the host collectives as they run (device/slot_stores.h).
+  device::StoreKindChooser slot_stores_{device::StoreKindChooser::Setting::plain};
   std::vector<const algorithms::Algorithm*> overrides_;
   topology::Topology topo_;
   bool multi_node_ = false;

@@ -21,6 +21,20 @@ namespace smddp::device {
 // dst and src must not overlap.
 void host_copy(void* dst, const void* src, size_t bytes);
 
+// host_copy with non-temporal stores (x86-64: 16-byte streaming stores for every whole 64-byte
+// line of dst, plain stores for the ragged ends): the lines go to memory without first being taken
+// back from a core that caches them, which is what a store into a staging slot the peer just read
+// costs (4-10 times a copy; docs/performance.md, "Rewriting lines a peer still caches"). Weakly
+// ordered: store_fence() must follow before another core may be told the bytes are there. Off
+// x86-64 it is host_copy.
+void host_copy_streaming(void* dst, const void* src, size_t bytes);
+
+// Orders every earlier non-temporal store before later stores (x86-64: sfence); off x86-64 nothing.
+void store_fence();
+
+// Whether host_copy_streaming uses non-temporal stores on this build (x86-64).
+bool streaming_stores_built();
+
 // What host_copy uses for the copies its loop takes: "avx2", "sse2" or "libc" (SMDDP_HOST_COPY,
 // whose default auto picks the best loop the CPU has where memcpy is slow at short distances,
 // else libc; libc off x86-64). The first call measures that. For logs and benchmarks.

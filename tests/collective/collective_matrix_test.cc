@@ -8,6 +8,7 @@
 
 #include "collective/harness.h"
 #include "collective/reference.h"
+#include "device/host_copy.h"
 
 namespace smddp::testing {
 namespace {
@@ -232,7 +233,7 @@ void expect_identical_across_ranks(const RunResult& result) {
 
 class CollectiveMatrix : public ::testing::TestWithParam<int> {};
 
-void run_matrix(int world, bool big) {
+void run_matrix(int world, bool big, const RunOptions& ro = {}) {
   auto result = run_ranks(world, [big](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     for (std::string algo : {"one_shot", "rs_ag", "window"}) {
       Options o;
@@ -260,13 +261,28 @@ void run_matrix(int world, bool big) {
     while (a >> k >> v) first[k] = v;
     while (b >> k >> v)
       if (first.count(k) && first[k] != v) rep.fail(k + ": result differs between two runs");
-  });
+  }, ro);
   ASSERT_TRUE(result.ok()) << result.summary();
   expect_identical_across_ranks(result);
 }
 
 TEST_P(CollectiveMatrix, SmallCounts) { run_matrix(GetParam(), false); }
 TEST_P(CollectiveMatrix, LargeCount) { run_matrix(GetParam(), true); }
+
+// The large count with non-temporal stores into the slots (SMDDP_SHM_STORES=streaming; auto
+// probes them only now and then): every result against the reference as above. Rank 0 alone
+// stores plainly, since the ranks need not agree on the kind.
+class StreamingStores : public ::testing::TestWithParam<int> {};
+TEST_P(StreamingStores, LargeCount) {
+  if (!device::streaming_stores_built()) GTEST_SKIP() << "no non-temporal stores off x86-64";
+  RunOptions ro;
+  ro.env = {{"SMDDP_SHM_STORES", "streaming"}};
+  ro.rank_env.assign(static_cast<size_t>(GetParam()), {});
+  ro.rank_env[0] = {{"SMDDP_SHM_STORES", "plain"}};
+  run_matrix(GetParam(), true, ro);
+}
+INSTANTIATE_TEST_SUITE_P(World, StreamingStores, ::testing::Values(2, 3, 5),
+                         [](const auto& p) { return "w" + std::to_string(p.param); });
 
 // alltoallv in place (send == recv, the blocks packed by the send counts going out and by the
 // receive counts coming in, as torch's all_to_all_single(t, t, out_splits, in_splits) lays them
