@@ -155,16 +155,18 @@ namespace {
 // saves; above, both are bound by memory, and the kernel pins every page it copies. With more
 // ranks than cores they lose (a read is a system call that cannot hand the core to the rank it
 // waits for). Since the staging chunk is 1 MiB the staged ones are faster in these bands when
-// the two cores share a cache, but 4-5x slower when they do not, where these are not
-// (docs/performance.md, "Rewriting lines a peer still caches"; measured for the allreduce,
-// reduce_scatter and allgather not rechecked). `bytes` as select() takes them.
+// the two cores share a cache, but were 4-5x slower when they do not, where these are not
+// (docs/performance.md, "Rewriting lines a peer still caches"). With the slot stores chosen by
+// measurement (device/slot_stores.h) the staged reduce_scatter beats this one on both
+// placements, through torch, beside busy processes too, so it has no band any more; the staged
+// allreduce and allgather still lose at some sizes when the cores do not share a cache.
+// `bytes` as select() takes them.
 bool host_window_wins(CollKind kind, size_t bytes, int world_size) {
   const std::string& mode = host_window_mode();
   if (mode == "off" || world_size < 2 || (mode == "auto" && world_size != 2)) return false;
   constexpr size_t KiB = 1024, MiB = 1024 * KiB;
   switch (kind) {
     case CollKind::allreduce: return bytes >= 1 * MiB && bytes <= 16 * MiB;
-    case CollKind::reduce_scatter: return bytes >= 1 * MiB && bytes <= 16 * MiB;
     case CollKind::allgather: return bytes >= 256 * KiB && bytes <= 32 * MiB;
     default: return false;
   }
