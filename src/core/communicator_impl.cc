@@ -375,6 +375,9 @@ std::exception_ptr CommunicatorImpl::cause_of_transfer_failure(const OpInfo& op,
 
 void CommunicatorImpl::agreement_round(algorithms::Context& ctx) {
   shm_->begin_round();
+  // No device fence: this round carries no data (an empty collective, or one whose algorithm
+  // never synchronised and so wrote nothing a peer reads), and on a GPU it would block the host
+  // on the caller's stream.
   shm_->arrive();
   ctx.wait_all();
 }
