@@ -15,6 +15,7 @@
 #include "core/p2p.h"
 #include "core/host_staging.h"
 #include "core/shm_settings.h"
+#include "core/slot_store_turns.h"
 #include "device/cuda.h"
 #include "device/device.h"
 #include "device/host_copy.h"
@@ -37,26 +38,6 @@ using algorithms::CollArgs;
 using algorithms::CollKind;
 
 namespace {
-
-// A collective's family for StoreKindChooser (its kind), and its message size as every rank of it
-// sees the same: every rank counts the same collectives in each class. -1 where the ranks' sizes
-// may differ.
-int store_family(const CollArgs& a) {
-  switch (a.kind) {
-    case CollKind::allreduce:
-    case CollKind::broadcast:
-    case CollKind::reduce:
-    case CollKind::allgather:
-    case CollKind::reduce_scatter: return static_cast<int>(a.kind);
-    default: return -1;
-  }
-}
-size_t message_bytes_everywhere(const CollArgs& a, int size) {
-  const size_t bytes = a.count * dtype_size(a.dtype);
-  return a.kind == CollKind::allgather || a.kind == CollKind::reduce_scatter ? bytes * static_cast<size_t>(size) : bytes;
-}
-static_assert(static_cast<int>(CollKind::reduce) < device::StoreKindChooser::kFamilies &&
-              static_cast<int>(CollKind::broadcast) < device::StoreKindChooser::kFamilies);
 
 // Scratch buffers up to this size stay with the communicator between collectives; larger ones
 // (a one-off huge message through an algorithm that needs scratch of its size) are freed.
@@ -471,7 +452,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     std::optional<device::SlotStoreDevice> slot_dev;
     device::StoreKindChooser::Turn stores;
     if (&algo_dev == &device::host()) {
-      stores = slot_stores_.begin(store_family(args), message_bytes_everywhere(args, size_));
+      stores = begin_slot_stores(slot_stores_, args, size_);
       slot_dev.emplace(algo_dev, shm_->slot(0, 0), shm_->all_slots_bytes(), stores.kind);
     }
     algorithms::Context ctx{*shm_, slot_dev ? *slot_dev : algo_dev, op, multi_node_ ? &topo_ : nullptr, net_.get(),
@@ -505,28 +486,11 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
       ctx.dev.fence();  // the outputs are complete when the collective is
       if (shm_->announcement_pending()) agreement_round(ctx);  // an algorithm that never synchronised
     }
-    if (slot_dev) note_slot_stores(stores, *slot_dev);
+    if (slot_dev) end_slot_stores(slot_stores_, stores, *slot_dev, rank_);
     scratch_->trim(kScratchKeep);
   } catch (...) {
     drain_after_failure(args.memory);
     std::rethrow_exception(publish(std::current_exception()));
-  }
-}
-
-void CommunicatorImpl::note_slot_stores(device::StoreKindChooser::Turn turn, const device::SlotStoreDevice& d) {
-  const uint64_t switches = slot_stores_.switches();
-  slot_stores_.end(turn, d.moved(), d.spent_ns());
-  if (turn.probe) {
-    SMDDP_LOG(TRACE, rank_) << "slot stores probe: " << d.moved() << " bytes moved with " << device::to_string(turn.kind)
-                            << " stores in " << d.spent_ns() << " ns";
-  }
-  if (slot_stores_.switches() != switches) {
-    SMDDP_LOG(INFO, rank_) << "stores into the staging slots: "
-                           << algorithms::to_string(static_cast<CollKind>(turn.cls / device::StoreKindChooser::kSizes))
-                           << " of " << device::StoreKindChooser::size_range(turn.cls) << " now "
-                           << device::to_string(slot_stores_.current(turn.cls)) << " (ns per KiB moved: plain "
-                           << slot_stores_.estimate(turn.cls, device::StoreKind::plain) << ", streaming "
-                           << slot_stores_.estimate(turn.cls, device::StoreKind::streaming) << ")";
   }
 }
 

@@ -114,8 +114,6 @@ class CommunicatorImpl {
   // What a failed collective raises: `failure`, or what lies behind it (a broken connection's
   // abort; an abort's disagreement, as MismatchError).
   std::exception_ptr cause_of_failure(const OpInfo& op, std::exception_ptr failure);
-  // Tells slot_stores_ what a collective's slot writes cost; logs (INFO) a change of kind.
-  void note_slot_stores(device::StoreKindChooser::Turn turn, const device::SlotStoreDevice& d);
   // After a failed collective on GPU memory: waits for the copies and kernels it queued, which
   // still read and write the caller's buffers (freed once the Work fails). Never throws.
   void drain_after_failure(const Memory& m) noexcept;
