@@ -28,6 +28,7 @@ class Endpoint;
 namespace smddp::algorithms {
 
 class ScratchPool;
+class BouncePool;
 
 enum class CollKind { allreduce, allgather, reduce_scatter, broadcast, reduce, gather, scatter, alltoall, barrier };
 inline constexpr int kNumCollKinds = 9;
@@ -80,6 +81,9 @@ struct Context {
   // poll_p2p_beside): polls them; true while any remain. Network waits call it at every poll
   // (ofi::Endpoint::wait); the node's waits call it through the group's idle hook.
   const std::function<bool()>* beside = nullptr;
+  // Set where the collective's device memory is not the network's (Device::network_reaches):
+  // NetExchange bounces the messages of such memory through its host buffers (bounce_pool.h).
+  BouncePool* bounce = nullptr;
   int rank() const { return shm.rank(); }
   int size() const { return shm.size(); }
   // Tells the peers this rank finished the round: what it copied or reduced is in memory first

@@ -9,11 +9,18 @@
 // reduction (an earlier slice's, in the same scratch) still reads or writes. The algorithms
 // therefore never fence for the network, as they never fence for their node's peers
 // (Context::arrive).
+//
+// Device memory the network cannot reach (Context::bounce set, Device::network_reaches false)
+// goes through host buffers of the bounce pool: a send copies its bytes there on the device and
+// posts them once they landed; a receive lands there, and wait() copies it to its destination on
+// the device, after which the device's later work (a reduction of it) is queued. The algorithm
+// sees no difference.
 #pragma once
 
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/bounce_pool.h"
 #include "transport/ofi/endpoint.h"
 
 namespace smddp::algorithms {
@@ -22,9 +29,9 @@ class NetExchange {
  public:
   explicit NetExchange(Context& ctx)
       : ep_(*ctx.net), dev_(ctx.dev), op_(ctx.op), watch_(ctx.watch), beside_(ctx.beside), publish_failure_(ctx.publish_failure),
-        give_up_(ctx.cancels_give_up) {}
+        give_up_(ctx.cancels_give_up), bounce_(ctx.bounce) {}
   // Left with transfers pending only when the collective failed: they are cancelled, so nothing
-  // arrives later in buffers the caller may free.
+  // arrives later in buffers the caller may free (the bounce buffers go back after this body).
   ~NetExchange() {
     if (pending_.empty()) return;
     try {
@@ -38,11 +45,22 @@ class NetExchange {
   NetExchange& operator=(const NetExchange&) = delete;
 
   void send(int peer, const void* buf, size_t bytes, uint32_t step) {
+    if (bounces(buf, bytes)) {
+      leases_.push_back(bounce_->lease(bytes));
+      dev_.copy(leases_.back().data(), buf, bytes);  // after the device's earlier work on buf
+      buf = leases_.back().data();
+    }
     dev_.fence();
     pending_.push_back(ep_.send(peer, buf, bytes, tag(step)));
   }
   void recv(int peer, void* buf, size_t bytes, uint32_t step) {
-    dev_.fence();
+    if (bounces(buf, bytes)) {
+      leases_.push_back(bounce_->lease(bytes));
+      landings_.push_back({buf, leases_.back().data(), bytes});
+      buf = leases_.back().data();  // the device's queued work never touches it: no fence
+    } else {
+      dev_.fence();
+    }
     pending_.push_back(ep_.recv(peer, buf, bytes, tag(step)));
   }
   // Flow control for one-way collectives (broadcast and scatter from the root, reduce and gather
@@ -72,6 +90,12 @@ class NetExchange {
       Context::rethrow_published(publish_failure_, std::current_exception());
     }
     pending_.clear();
+    // Bounced receives to their destinations, queued on the device before whatever the
+    // algorithm does with them next; the bounce buffers go back once the copies read them.
+    for (const Landing& l : landings_) dev_.copy(l.dst, l.src, l.bytes);
+    if (!leases_.empty()) dev_.fence();
+    landings_.clear();
+    leases_.clear();
   }
 
  private:
@@ -79,6 +103,12 @@ class NetExchange {
   uint32_t tag(uint32_t step) const { return base() | step_field(step); }
   uint32_t ready_tag() const { return base() | 0xFFF; }
   uint32_t base() const { return 0x80000000u | static_cast<uint32_t>((op_.coll_seq & 0x7FFFF) << 12); }
+  bool bounces(const void* buf, size_t bytes) const { return bounce_ && bytes > 0 && !dev_.network_reaches(buf); }
+  struct Landing {
+    void* dst;
+    const std::byte* src;
+    size_t bytes;
+  };
   ofi::Endpoint& ep_;
   device::Device& dev_;
   const OpInfo& op_;
@@ -86,7 +116,10 @@ class NetExchange {
   const std::function<bool()>* beside_;
   const std::function<std::exception_ptr(std::exception_ptr)>* publish_failure_;
   std::chrono::steady_clock::time_point& give_up_;  // Context::cancels_give_up
+  BouncePool* bounce_;
   std::vector<ofi::Endpoint::Handle> pending_;
+  std::vector<BouncePool::Lease> leases_;  // the bounce buffers of the messages posted
+  std::vector<Landing> landings_;          // bounced receives, copied out by wait()
 };
 
 // Whether a multi-stage avg on `t` averages at every stage (a node's partial is the mean of its

@@ -114,6 +114,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                             std::to_string(*options_.local_rank) + " is negative");
     consistency_ = config::get_bool("SMDDP_CHECK_CONSISTENCY");
     staging_piece_ = staging_piece_setting();
+    net_bounce_ = config::get_bool("SMDDP_CUDA_NET_BOUNCE");
     algorithms::env_overrides();  // a bad SMDDP_ALGO fails here, at construction, with a clear message
     device::host_copy_kind();     // and a bad SMDDP_HOST_COPY
     slot_stores_ = device::StoreKindChooser(device::StoreKindChooser::parse(config::get_string("SMDDP_SHM_STORES")));
@@ -193,6 +194,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
       device::cuda_unregister_host(const_cast<void*>(p));
     };
     staging_pool_ = std::make_unique<algorithms::ScratchPool>(cuda_copy_on, cuda_copy_off);
+    bounce_pool_ = std::make_unique<algorithms::BouncePool>(cuda_copy_on, cuda_copy_off);
 #else
     throw InvalidArgument("smddp: rank " + std::to_string(rank) + ": the ranks span " + topo_.describe() +
                           ", but this build has no libfabric transport (SMDDP_WITH_LIBFABRIC=OFF)");
@@ -441,10 +443,14 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     // Device memory that the network cannot reach (CUDA without FI_HMEM) runs across nodes on
     // host copies (host_staging.h): the algorithm then sees host memory, and only the copies in
     // and out see the GPU. A large one runs in pieces, each piece a collective of its own (all
-    // with the algorithm chosen for a whole piece). Memory the network reaches is the
-    // algorithm's as it is, on its device (NetExchange fences before the network touches it).
+    // with the algorithm chosen for a whole piece). With SMDDP_CUDA_NET_BOUNCE it runs on its
+    // device instead, and only its network messages are bounced through host buffers
+    // (net_exchange.h). Memory the network reaches is the algorithm's as it is, on its device
+    // (NetExchange fences before the network touches it).
     device::Device& mem_dev = device_for(args.memory);
-    const bool staged = multi_node_ && !mem_dev.network_addressable();
+    const bool unreachable = multi_node_ && !mem_dev.network_addressable();
+    const bool bounced = unreachable && net_bounce_;
+    const bool staged = unreachable && !bounced;
     const size_t piece_elements = staged ? staging_piece_elements(args, size_, staging_piece_) : 0;
     // Host memory's copies and reductions into the staging slots take this rank's kind of stores
     // (device/slot_stores.h), and are timed to choose it.
@@ -459,6 +465,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
                             multi_node_ ? &watch : nullptr, scratch_.get(),
                             windows_for(staged ? Memory{} : args.memory), multi_node_ ? &publish : nullptr};
     if (beside) ctx.beside = &poll_beside;
+    if (bounced) ctx.bounce = bounce_pool_.get();
     // Before any round: the fence of the first arrive() (or the staging's) then also waits for
     // the caller's work, so no peer reads this rank's buffers before they are written.
     if (args.ready) device::cuda_wait(mem_dev, args.ready.get());
@@ -470,7 +477,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
       // empty collective has no rounds at all: those compare in a round of their own first,
       // across nodes after swapping fingerprints with the other nodes (cross_node_agreement.h).
       // The algorithm is in it: ranks that picked different ones would run different rounds.
-      const Fingerprint fp = fingerprint(op.coll_seq, args, algo, piece_elements);
+      const Fingerprint fp = fingerprint(op.coll_seq, args, algo, piece_elements, bounced);
       shm_->announce(fp);
       if (multi_node_) agree_across_nodes(ctx, fp);
       else if (empty) agreement_round(ctx);
@@ -488,6 +495,7 @@ void CommunicatorImpl::run_collective(OpInfo& op, const CollArgs& args) {
     }
     if (slot_dev) end_slot_stores(slot_stores_, stores, *slot_dev, rank_);
     scratch_->trim(kScratchKeep);
+    if (bounced) bounce_pool_->trim(kScratchKeep);
   } catch (...) {
     drain_after_failure(args.memory);
     std::rethrow_exception(publish(std::current_exception()));

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "algorithms/bounce_pool.h"
 #include "algorithms/scratch_pool.h"
 #include "algorithms/algorithm.h"
 #include "core/p2p_staging.h"
@@ -127,6 +128,7 @@ class CommunicatorImpl {
   Options options_;
   bool consistency_;  // SMDDP_CHECK_CONSISTENCY: fingerprints compared in every collective
   size_t staging_piece_;  // SMDDP_CUDA_STAGING_PIECE
+  bool net_bounce_ = false;  // SMDDP_CUDA_NET_BOUNCE
   // This rank's kind of stores into its staging slots (SMDDP_SHM_STORES), measured and chosen
   // by the host collectives as they run (device/slot_stores.h).
   device::StoreKindChooser slot_stores_{device::StoreKindChooser::Setting::plain};
@@ -147,6 +149,7 @@ class CommunicatorImpl {
   PairOrder pair_order_{0};                 // net_'s point-to-point numbering (the polling thread)
   std::unique_ptr<algorithms::ScratchPool> scratch_;  // after net_: unregisters before it closes
   std::unique_ptr<algorithms::ScratchPool> staging_pool_;  // across nodes: host copies of CUDA buffers
+  std::unique_ptr<algorithms::BouncePool> bounce_pool_;   // across nodes: CUDA messages bounced (net_exchange.h)
   std::unique_ptr<P2pStagingPool> p2p_staging_;           // host copies of point-to-point CUDA buffers
   std::unique_ptr<device::PeerWindows> windows_;      // the node's peers' host memory (single-copy algorithms)
   struct CudaSide {  // per GPU: its stream (device) and IPC windows; the windows close first

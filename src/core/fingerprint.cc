@@ -17,6 +17,7 @@ namespace {
 enum Word { kSeq, kWhat, kCount, kRoot, kFactor, kParts, kSetting };
 constexpr uint64_t kPerPeerCounts = 1;  // flag: alltoall with per-peer counts
 constexpr uint64_t kCudaMemory = 2;     // flag: the buffers are CUDA memory
+constexpr uint64_t kBounced = 4;        // flag: across nodes on the GPU, messages bounced (SMDDP_CUDA_NET_BOUNCE)
 
 uint64_t kind_of(const Fingerprint& fp) { return fp[kWhat] & 0xff; }
 uint64_t dtype_of(const Fingerprint& fp) { return (fp[kWhat] >> 8) & 0xff; }
@@ -34,7 +35,7 @@ bool has_root(CollKind k) {
 }  // namespace
 
 Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a, const algorithms::Algorithm* algorithm,
-                        uint64_t piece_elements) {
+                        uint64_t piece_elements, bool bounced) {
   static_assert(kSetting < shm::Group::kFingerprintWords);
   Fingerprint fp{};
   fp[kSeq] = coll_seq;
@@ -50,6 +51,7 @@ Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a, const 
     if (has_root(a.kind)) fp[kRoot] = static_cast<uint64_t>(a.root);
     else fp[kRoot] = piece_elements;  // a word the kinds without a root leave free
     if (a.memory.kind == Memory::Kind::cuda) what |= kCudaMemory << 24;
+    if (bounced) what |= kBounced << 24;
     fp[kParts] = a.parts;
   }
   if (algorithm) {
@@ -106,6 +108,7 @@ std::string describe(const Fingerprint& fp, bool with_algorithm) {
       s += ", in " + std::to_string(fp[kParts] >> 48) + " parts, split #" + split;
     }
     if (flags_of(fp) & kCudaMemory) s += ", CUDA memory";
+    if (flags_of(fp) & kBounced) s += ", run on the GPU across nodes (SMDDP_CUDA_NET_BOUNCE=1)";
   }
   s += ") as collective #";
   s += std::to_string(fp[kSeq]);

@@ -21,9 +21,12 @@ using Fingerprint = shm::Group::Fingerprint;
 // the one each rank's selector picked (null: none runs), which ranks whose SMDDP_* settings or
 // Options::algorithms differ may not agree on. `piece_elements`: a collective staged in pieces
 // (host_staging.h's PipelinedStaging), the elements of each rank's block per piece, which ranks
-// whose SMDDP_CUDA_STAGING_PIECE differs do not agree on (0: not cut).
+// whose SMDDP_CUDA_STAGING_PIECE differs do not agree on (0: not cut). `bounced`: CUDA memory
+// across nodes runs on the GPU with its network messages bounced (SMDDP_CUDA_NET_BOUNCE) rather
+// than on host copies: the node's ranks would otherwise exchange windows of different memory.
 Fingerprint fingerprint(uint64_t coll_seq, const algorithms::CollArgs& a,
-                        const algorithms::Algorithm* algorithm = nullptr, uint64_t piece_elements = 0);
+                        const algorithms::Algorithm* algorithm = nullptr, uint64_t piece_elements = 0,
+                        bool bounced = false);
 
 // CollArgs::parts for a coalesced call of these part sizes (0 for a single part).
 uint64_t parts_signature(const std::vector<size_t>& parts);

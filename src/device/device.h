@@ -33,6 +33,14 @@ class Device {
   // collective across nodes (core/host_staging.h); memory the network reaches is handed to it
   // as it is, and NetExchange fences before every post.
   virtual bool network_addressable() const { return false; }
+  // Whether the network may read or write `p` itself: all of this device's memory where
+  // network_addressable(), else host memory only (the host's staging slots and scratch, which
+  // an algorithm on device memory also hands to the network). NetExchange bounces what it may
+  // not through host buffers (SMDDP_CUDA_NET_BOUNCE, algorithms/bounce_pool.h).
+  virtual bool network_reaches(const void* p) const {
+    (void)p;
+    return network_addressable();
+  }
 };
 
 // Host memory: host_copy (host_copy.h) and the CPU reduction kernels.

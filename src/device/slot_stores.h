@@ -117,6 +117,7 @@ class SlotStoreDevice final : public Device {
   void reduce(const reduce::ReduceArgs& args) override;
   void fence() override;
   bool network_addressable() const override { return inner_.network_addressable(); }
+  bool network_reaches(const void* p) const override { return inner_.network_reaches(p); }
 
   StoreKind kind() const { return kind_; }
   // Bytes the timed copies and reductions wrote (into the span, or out of it), and their time.

@@ -6,7 +6,8 @@
 // allgather and reduce_scatter): results equal a scalar reference, outputs a rank does not own
 // keep their sentinels, and a collective that fails writes nothing. And device memory that the
 // network reaches itself, which is not staged (CrossNodeDeviceMemory): the same collectives run
-// on it, on its late device, across nodes.
+// on it, on its late device, across nodes; and with SMDDP_CUDA_NET_BOUNCE the same on memory the
+// network does not reach, its messages bounced through host buffers (CrossNodeBounce).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -208,18 +209,25 @@ TEST(NetExchangeTags, NoAlgorithmStepSharesTheFingerprintExchangesField) {
   EXPECT_EQ(NetExchange::step_field(4094), NetExchange::step_field(0));  // wraps
 }
 
-TEST(CrossNodeStagingPieces, RanksThatCutACollectiveDifferentlyDisagree) {
-  RunOptions ro = pretend_nodes(Layout{2, 2, "64k"});
-  ro.rank_env[3].push_back({"SMDDP_CUDA_STAGING_PIECE", "128k"});
-  auto res = run_ranks(4, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+// 2x2 pretend nodes whose rank 3 has the setting `name`=`value` of its own: an allreduce of `n`
+// elements on stand-in device memory fails on every rank saying `why`, and writes nothing.
+void rank_3_disagrees(RunOptions ro, const char* name, const char* value, size_t n, const char* what,
+                      const char* why) {
+  ro.rank_env[3].push_back({name, value});
+  auto res = run_ranks(4, [&](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
     FarMemory mem(size_t{8} << 20);
     FarDeviceStandIn stand_in(mem);
     Options o;
     o.timeout = 60s;
     Communicator c(store, rank, w, o);
-    mismatched_allreduce(c, mem, 70001, "allreduce cut into 64 KiB and 128 KiB pieces", "staged in pieces of", rep);
+    mismatched_allreduce(c, mem, n, what, why, rep);
   }, ro);
   ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+TEST(CrossNodeStagingPieces, RanksThatCutACollectiveDifferentlyDisagree) {
+  rank_3_disagrees(pretend_nodes(Layout{2, 2, "64k"}), "SMDDP_CUDA_STAGING_PIECE", "128k", 70001,
+                   "allreduce cut into 64 KiB and 128 KiB pieces", "staged in pieces of");
 }
 
 // Device memory that the network reaches itself (FI_HMEM, GPUDirect) is not staged: the
@@ -245,6 +253,43 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CrossNodeDeviceMemory,
                          [](const ::testing::TestParamInfo<Layout>& i) {
                            return std::to_string(i.param.hosts) + "x" + std::to_string(i.param.per_host);
                          });
+
+// SMDDP_CUDA_NET_BOUNCE=1: on device memory that neither the host nor the network reaches, the
+// collectives run on the device (its reductions, its copies) and only their messages between
+// nodes pass through host buffers (algorithms/bounce_pool.h). A message posted from or into
+// device memory itself fails (the sockets cannot touch the PROT_NONE view); a send posted before
+// its bounce copy landed, or a receive's bounce copied out before it arrived, gives stale bytes
+// (the device's copies land 300 us late). Not staged shows as reductions on the device.
+RunOptions bouncing(const Layout& l) {
+  RunOptions ro = pretend_nodes(l);
+  ro.env.push_back({"SMDDP_CUDA_NET_BOUNCE", "1"});
+  return ro;
+}
+
+class CrossNodeBounce : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(CrossNodeBounce, TheCollectivesRunOnTheDeviceAndOnlyTheirMessagesPassThroughTheHost) {
+  const Layout l = GetParam();
+  auto res = run_ranks(l.hosts * l.per_host, [](int rank, int w, std::shared_ptr<Store> store, Report& rep) {
+    FarMemory mem(size_t{96} << 20);
+    FarDeviceStandIn stand_in(mem);
+    every_algorithm_then_a_mismatch(store, rank, w, mem, rep);
+    if (mem.device_reductions() == 0) rep.fail("no reduction ran on the device: the collectives were staged");
+  }, bouncing(l));
+  ASSERT_TRUE(res.ok()) << res.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CrossNodeBounce, ::testing::Values(Layout{2, 2, "64k"}, Layout{3, 1, "64k"}),
+                         [](const ::testing::TestParamInfo<Layout>& i) {
+                           return std::to_string(i.param.hosts) + "x" + std::to_string(i.param.per_host);
+                         });
+
+// A rank that stages while its node-mate bounces would expose host copies where the other opens
+// device memory: the fingerprint says so before anything moves, and nothing is written.
+TEST(CrossNodeBounceSetting, RanksThatBounceAndRanksThatStageDisagree) {
+  rank_3_disagrees(bouncing(Layout{2, 2, "64k"}), "SMDDP_CUDA_NET_BOUNCE", "0", 1000,
+                   "allreduce bounced on three ranks, staged on one", "SMDDP_CUDA_NET_BOUNCE");
+}
 
 // A rank that dies between pieces (killed as it queues its fifth device copy: piece 0 done and
 // copied out, piece 1's copy in queued) is named on every other rank within the timeout, on its

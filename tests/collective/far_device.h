@@ -106,6 +106,8 @@ class FarDevice final : public device::Device {
   }
   void fence() override { late_.fence(); }
   bool network_addressable() const override { return mem_.network_reaches(); }
+  // Host memory is the network's too; the arena only with Reach::network.
+  bool network_reaches(const void* p) const override { return mem_.network_reaches() || mem_.translate(p) == p; }
 
  private:
   const FarMemory& mem_;

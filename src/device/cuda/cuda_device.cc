@@ -54,6 +54,16 @@ class CudaDevice final : public cuda::StreamDevice {
     cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "cuda"; }
+  // Without FI_HMEM the network reaches host memory only (page-locked or not); GPU memory and
+  // managed memory, which may live on the GPU, are bounced (Device::network_reaches).
+  bool network_reaches(const void* p) const override {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return true;  // unknown to CUDA: pageable host memory
+    }
+    return attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged;
+  }
   cudaStream_t stream() const override { return stream_; }
   int ordinal() const override { return ordinal_; }
 
